@@ -1,0 +1,226 @@
+"""`python -m training`: the RayJob entrypoint and the local main job.
+
+Parses and validates the flags, checks everything that can be checked before a worker starts
+(model, tokenizer, sequence length, data, storage, cluster capacity), runs the TorchTrainer, and
+prints one JSON summary as the last stdout line. Any failure is one `error:` line and a non-zero
+exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import typing
+import warnings
+from pathlib import Path
+
+from training import quiet
+from training.config import LOCAL_DEFAULTS, ConfigError, TrainConfig
+from training.data import DataError, RANDOM_MODES, build_text_dataset
+from training.model import ModelError, is_builtin, max_positions, model_config
+from training.storage import Storage, StorageError, check_writable, resolve
+
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class JobError(RuntimeError):
+    """The training run failed; the message is the root cause."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0])
+    ap.add_argument("--local", action="store_true", help="local Ray, 2 CPU workers, `tiny` model "
+                    "(the defaults of a laptop run; other flags still apply)")
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        hidden = f.metadata.get("hidden")
+        help_text = argparse.SUPPRESS if hidden else f"{f.metadata['help']} (default: {f.default})"
+        hint = hints[f.name]
+        if hint in (bool, bool | None):
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif typing.get_origin(hint) is typing.Literal:
+            ap.add_argument(flag, choices=typing.get_args(hint), default=None, help=help_text)
+        else:
+            base = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+            ap.add_argument(flag, type=base, default=None, help=help_text)
+    return ap
+
+
+def parse(argv: list[str] | None = None) -> TrainConfig:
+    args = vars(build_parser().parse_args(argv))
+    local = args.pop("local")
+    given = {k: v for k, v in args.items() if v is not None}
+    base = dict(LOCAL_DEFAULTS) if local else {}
+    return TrainConfig(**{**base, **given}).validated()
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_local_logs()
+    try:
+        cfg = parse(argv)
+        summary = run(cfg)
+    except (ConfigError, ModelError, DataError, StorageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except JobError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def run(cfg: TrainConfig) -> dict:
+    storage = resolve(cfg.storage_path)
+    check_writable(storage)
+    vocab = _check_model_and_data(cfg)
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        _init_ray(cfg)
+    try:
+        use_gpu = cfg.use_gpu if cfg.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
+        _check_capacity(cfg, use_gpu, ray.cluster_resources())
+        datasets = None
+        if cfg.data not in RANDOM_MODES:
+            datasets = {"train": _text_dataset(cfg)}
+        result = _fit(cfg, storage, vocab, use_gpu, datasets)
+    finally:
+        if started_here:
+            ray.shutdown()
+    return _summary(result, storage)
+
+
+def _check_model_and_data(cfg: TrainConfig) -> int | None:
+    """Fail before Ray starts: model reachable, tokenizer for text, seq_len within positions."""
+    vocab = None
+    if cfg.data not in RANDOM_MODES:
+        if not _data_exists(cfg.data):
+            raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
+                            f"{RANDOM_MODES})")
+        tok_name = cfg.tokenizer or cfg.model
+        if is_builtin(tok_name):
+            raise ModelError(f"--data text needs a tokenizer: pass --tokenizer (a Hugging Face id "
+                             f"or directory) with the built-in shape {cfg.model!r}")
+        vocab = _tokenizer_vocab(tok_name) if is_builtin(cfg.model) else None
+    config = model_config(cfg.model, vocab)
+    limit = max_positions(config)
+    if limit and cfg.seq_len > limit:
+        raise ConfigError([f"--seq-len {cfg.seq_len} is beyond the model's {limit} positions "
+                           f"(max_position_embeddings); use --seq-len {limit} or less"])
+    return vocab
+
+
+def _data_exists(uri: str) -> bool:
+    return "://" in uri or Path(uri).exists()
+
+
+def _tokenizer_vocab(name: str) -> int:
+    from transformers import AutoTokenizer
+
+    try:
+        return len(AutoTokenizer.from_pretrained(name))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"--tokenizer {name!r}: cannot load it ({str(e).splitlines()[0]})") from None
+
+
+def _text_dataset(cfg: TrainConfig):
+    uri = cfg.data if "://" in cfg.data else os.path.abspath(cfg.data)
+    tok = cfg.tokenizer or cfg.model
+    tok = os.path.abspath(tok) if os.path.isdir(tok) else tok
+    ds = build_text_dataset(uri, tok, cfg.seq_len)
+    if not ds.take(1):
+        raise DataError(f"--data {cfg.data!r} holds no text (or too little to fill one "
+                        f"{cfg.seq_len + 1}-token block); add text or lower --seq-len")
+    return ds
+
+
+def _init_ray(cfg: TrainConfig) -> None:
+    import ray
+
+    if cfg.address:
+        ray.init(address=cfg.address, logging_level=logging.ERROR)
+        return
+    # Local Ray: a couple of spare logical CPUs for Ray Data beside the train workers, and the
+    # repository on the workers' import path.
+    ray.init(num_cpus=(os.cpu_count() or 2) + 2,
+             logging_level=logging.ERROR,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT), "PYTHONWARNINGS": "ignore",
+                                       "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}})
+
+
+def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: dict) -> None:
+    """Fail fast instead of waiting forever for workers the cluster cannot place."""
+    kind = "GPU" if use_gpu else "CPU"
+    have = int(resources.get(kind, 0))
+    if cfg.num_workers > have:
+        raise ConfigError([f"--num-workers {cfg.num_workers} needs {cfg.num_workers} {kind}s but "
+                           f"the Ray cluster has {have}; lower --num-workers or add nodes (is the "
+                           "GPU node group paused at gpuNodeCount 0?)"])
+
+
+def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool, datasets):
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.v2.api.config import LoggingConfig
+    from ray.train.torch import TorchTrainer
+
+    from training.loop import train_func
+
+    trainer = TorchTrainer(
+        train_func,
+        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
+        run_config=RunConfig(name=cfg.name, storage_path=storage.path,
+                             storage_filesystem=storage.filesystem,
+                             failure_config=FailureConfig(max_failures=cfg.max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2),
+                             logging_config=LoggingConfig(log_level="WARNING")),
+        datasets=datasets,
+    )
+    try:
+        return trainer.fit()
+    except Exception as e:  # Ray wraps worker errors; surface the root cause in one line
+        raise JobError(_root_cause(e)) from None
+
+
+def _root_cause(e: BaseException) -> str:
+    while e.__cause__ is not None:
+        e = e.__cause__
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    ours = [ln for ln in lines if ln.split(":")[0].endswith(("Error", "Exception"))]
+    return (ours or lines or [type(e).__name__])[-1]
+
+
+def _summary(result, storage: Storage) -> dict:
+    m = result.metrics or {}
+    return {
+        "steps": m.get("step"),
+        "first_loss": m.get("first_loss"),
+        "last_loss": m.get("loss"),
+        "tokens_per_s": m.get("run_tokens_per_s"),
+        "mfu": m.get("mfu"),
+        "peak_mem_gib": m.get("peak_mem_gib"),
+        "world_size": m.get("world_size"),
+        "resumed_from_step": m.get("resumed_from_step"),
+        "checkpoint": storage.display(result.checkpoint.path) if result.checkpoint else None,
+        "run_dir": storage.display(f"{storage.path}/{result.path.split('/')[-1]}")
+        if result.path else None,
+        "nccl_transport": m.get("nccl_transport"),
+        "efa_preflight": m.get("efa_preflight"),
+    }
+
+
+def _quiet_local_logs() -> None:
+    """Keep Ray's internal warnings out of the user's terminal; errors still show."""
+    quiet.install()
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    warnings.filterwarnings("ignore")
+    for name in ("ray", "ray.train", "ray.data", "ray.tune"):
+        logging.getLogger(name).setLevel(logging.ERROR)

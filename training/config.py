@@ -1,0 +1,116 @@
+"""The training job's one typed configuration, parsed from the CLI and validated once.
+
+Field docstrings are the CLI help (see `training.cli`), so the flags, their defaults and their
+documentation cannot drift apart. Validation collects every problem before reporting, each naming
+the flag to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+TRANSPORT_EXPECTATIONS = ("any", "efa")
+FALLBACK_ACTIONS = ("fail", "warn")
+
+
+class ConfigError(ValueError):
+    """Bad job settings; the message lists every problem with the flag that fixes it."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid training settings:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    model: str = field(default="tiny", metadata={"help": "built-in random-init shape (`tiny`, "
+                       "`qwen2.5-1.5b`), a Hugging Face model id, or a local model directory"})
+    tokenizer: str | None = field(default=None, metadata={"help": "tokenizer id or directory for "
+                                  "--data text files; defaults to --model"})
+    steps: int = field(default=30, metadata={"help": "optimizer steps to train (in total, across resumes)"})
+    seq_len: int = field(default=128, metadata={"help": "tokens per sequence"})
+    micro_batch_size: int = field(default=4, metadata={"help": "sequences per worker per forward pass"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (warmup then cosine decay)"})
+    warmup_steps: int = field(default=5, metadata={"help": "linear warmup steps"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0 disables)"})
+    num_workers: int = field(default=2, metadata={"help": "Ray Train workers (one per GPU on GPU clusters)"})
+    use_gpu: bool | None = field(default=None, metadata={"help": "one GPU per worker; default: only "
+                                 "when the Ray cluster has GPUs"})
+    data: str = field(default="random", metadata={"help": "`random` (fresh deterministic random tokens "
+                      "each step), `repeat` (one random batch over and over: a learning check), or a "
+                      "path/URI of .jsonl or .parquet files with a `text` column"})
+    storage_path: str = field(default="./runs", metadata={"help": "where checkpoints and metrics go "
+                              "(local directory or s3://bucket/prefix; shared storage on clusters)"})
+    name: str = field(default="qwen-fsdp", metadata={"help": "run name; the same name and storage "
+                      "path resume the run"})
+    checkpoint_every: int = field(default=10, metadata={"help": "save a checkpoint every N steps "
+                                  "(and at the end); 0 saves only at the end"})
+    max_failures: int = field(default=0, metadata={"help": "worker failures to recover from by "
+                              "restarting from the latest checkpoint"})
+    address: str | None = field(default=None, metadata={"help": "Ray address (`auto` on the "
+                                "cluster); default starts a local Ray"})
+    log_every: int = field(default=5, metadata={"help": "progress line every N steps"})
+    seed: int = field(default=0, metadata={"help": "seed for init and random data"})
+    activation_checkpointing: bool = field(default=False, metadata={"help": "recompute decoder "
+                                           "layers in backward to save memory"})
+    reshard_after_forward: bool = field(default=True, metadata={"help": "FSDP2: free gathered "
+                                        "layer weights after forward (ZeRO-3); off keeps them (ZeRO-2, "
+                                        "more memory, less communication)"})
+    loss_chunk_tokens: int = field(default=4096, metadata={"help": "tokens per chunk of the fused "
+                                   "LM-head + cross-entropy (never materializes the full logits)"})
+    expect_transport: Literal["any", "efa"] = field(default="any", metadata={"help": "`efa`: "
+                                                    "fail unless NCCL uses EFA between nodes"})
+    on_fallback: Literal["fail", "warn"] = field(default="fail", metadata={"help": "when NCCL "
+                                                 "fell back to TCP sockets: stop the job or only warn"})
+    export: bool = field(default=False, metadata={"help": "write a consolidated Hugging Face "
+                         "model to the run directory at the end"})
+    fault_at_step: int | None = field(default=None, metadata={"help": "test hook: one worker "
+                                      "exits at this step of a fresh run", "hidden": True})
+
+    @property
+    def tokens_per_step_per_worker(self) -> int:
+        return self.micro_batch_size * self.grad_accum * self.seq_len
+
+    def problems(self) -> list[str]:
+        """Every problem with these settings, each naming its flag and the fix."""
+        out = []
+        positive = ("steps", "seq_len", "micro_batch_size", "grad_accum", "num_workers",
+                    "log_every", "loss_chunk_tokens")
+        for name in positive:
+            if getattr(self, name) < 1:
+                out.append(f"--{_flag(name)} must be at least 1 (got {getattr(self, name)})")
+        for name in ("checkpoint_every", "max_failures", "warmup_steps"):
+            if getattr(self, name) < 0:
+                out.append(f"--{_flag(name)} must be 0 or more (got {getattr(self, name)})")
+        if not self.lr > 0:
+            out.append(f"--lr must be positive (got {self.lr})")
+        if self.grad_clip < 0:
+            out.append(f"--grad-clip must be 0 (off) or positive (got {self.grad_clip})")
+        if self.expect_transport not in TRANSPORT_EXPECTATIONS:
+            out.append(f"--expect-transport must be one of {TRANSPORT_EXPECTATIONS}")
+        if self.on_fallback not in FALLBACK_ACTIONS:
+            out.append(f"--on-fallback must be one of {FALLBACK_ACTIONS}")
+        if not self.name or "/" in self.name:
+            out.append(f"--name must be a non-empty name without '/' (got {self.name!r})")
+        return out
+
+    def validated(self) -> "TrainConfig":
+        problems = self.problems()
+        if problems:
+            raise ConfigError(problems)
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+LOCAL_DEFAULTS = {"model": "tiny", "num_workers": 2, "use_gpu": False, "address": None}
+"""What `--local` means: a local Ray with two CPU workers training the `tiny` shape."""

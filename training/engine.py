@@ -1,0 +1,78 @@
+"""The training step shared by the Ray train function and the benchmark: model, optimizer, step."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from transformers import PretrainedConfig
+
+from training.config import TrainConfig
+from training.metrics import flops_per_token
+from training.model import CausalLMWithLoss, build_model, count_params
+from training.parallelize import shard_model
+
+
+@dataclass
+class Engine:
+    model: CausalLMWithLoss
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    num_params: int
+    flops_per_token: float
+
+
+def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
+    """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process group."""
+    lm = build_model(cfg.model, model_cfg, seed=cfg.seed)
+    model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens)
+    num_params = count_params(model)
+    shard_model(model, device, reshard_after_forward=cfg.reshard_after_forward,
+                activation_checkpointing=cfg.activation_checkpointing)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
+    fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size, cfg.seq_len)
+    return Engine(model, optimizer, device, num_params, fpt)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate for optimizer step `step` (1-based): linear warmup, cosine decay to 10%."""
+    if cfg.warmup_steps and step <= cfg.warmup_steps:
+        return cfg.lr * step / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
+
+
+def train_step(engine: Engine, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], lr: float,
+               grad_clip: float) -> torch.Tensor:
+    """One optimizer step over the micro-batches; returns the mean loss (a device tensor, no sync)."""
+    model, opt = engine.model, engine.optimizer
+    for group in opt.param_groups:
+        group["lr"] = lr
+    total = torch.zeros((), device=engine.device)
+    n = len(micro_batches)
+    for i, (inputs, labels) in enumerate(micro_batches):
+        # Reduce-scatter gradients only on the last micro-batch of the step.
+        model.set_requires_gradient_sync(i == n - 1)
+        loss = model(inputs.to(engine.device, non_blocking=True),
+                     labels.to(engine.device, non_blocking=True))
+        (loss / n).backward()
+        total += loss.detach()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return total / n
+
+
+def mean_across_ranks(value: torch.Tensor) -> float:
+    v = value.detach().clone().float()
+    if dist.is_initialized():
+        dist.all_reduce(v)
+        v /= dist.get_world_size()
+    return float(v)

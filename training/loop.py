@@ -1,0 +1,165 @@
+"""`train_func`: what every Ray Train worker runs.
+
+Orchestrates small helpers: transport guard, model and optimizer, resume, the step loop with
+progress, metrics and checkpoints, and the optional export.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+
+from training import checkpoint, data, transport
+from training.config import TrainConfig
+from training.engine import Engine, build_engine, lr_at, mean_across_ranks, train_step
+from training.metrics import mfu, peak_flops
+from training.model import is_builtin, model_config
+from training.run_files import RunFiles
+
+
+def train_func(loop_config: dict) -> None:
+    cfg = TrainConfig(**loop_config["train"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+    log_path = transport.capture_nccl_log(rank)
+    preflight = _preflight(cfg)
+    link = transport.check_transport(log_path, device, cfg.expect_transport, cfg.on_fallback)
+    if rank == 0 and link.message:
+        print(f"WARNING: {link.message}", flush=True)
+
+    _fetch_weights_once_per_node(cfg.model, ctx.get_local_rank())
+    engine = build_engine(cfg, model_config(cfg.model, loop_config.get("vocab_size")), device)
+    position = checkpoint.Position(step=0, data_position=0)
+    resumed_from = None
+    if (ckpt := ray.train.get_checkpoint()) is not None:
+        position = checkpoint.load(ckpt, engine)
+        resumed_from = position.step
+
+    batches = _batches(cfg, rank, loop_config.get("vocab_size") or
+                       engine.model.lm.config.vocab_size, position)
+    info = {"world_size": world, "resumed_from_step": resumed_from, "nccl_transport": link.verdict,
+            "nccl_nodes": link.nodes, "efa_preflight": preflight, "num_params": engine.num_params}
+    _run_steps(cfg, engine, batches, position, info, rank)
+
+
+def _preflight(cfg: TrainConfig) -> str:
+    """EFA checks where EFA is expected or present; skipped cleanly off AWS."""
+    if cfg.expect_transport != "efa" and not os.path.exists("/dev/infiniband"):
+        return "skipped: no EFA device here"
+    problems = transport.efa_preflight()
+    if problems and cfg.on_fallback == "fail":
+        raise transport.TransportError("EFA preflight failed: " + "; ".join(problems))
+    return "ok" if not problems else "failed: " + "; ".join(problems)
+
+
+def _fetch_weights_once_per_node(spec: str, local_rank: int) -> None:
+    """Local rank 0 downloads pretrained weights into the node's cache while the others wait."""
+    if is_builtin(spec) or os.path.isdir(spec):
+        return
+    if local_rank == 0:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(spec, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"])
+    dist.barrier()
+
+
+def _batches(cfg: TrainConfig, rank: int, vocab: int,
+             position: checkpoint.Position) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    if cfg.data in data.RANDOM_MODES:
+        def gen():
+            step = position.step
+            while True:
+                step += 1
+                for micro in range(cfg.grad_accum):
+                    yield data.random_batch(seed=cfg.seed, rank=rank, step=step, micro=micro,
+                                            batch=cfg.micro_batch_size, seq_len=cfg.seq_len,
+                                            vocab=vocab, repeat=cfg.data == "repeat")
+        return gen()
+    return data.text_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch_size,
+                             skip=position.data_position)
+
+
+def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.Position,
+               info: dict, rank: int) -> None:
+    world = info["world_size"]
+    peak = peak_flops(torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda"
+                      else None)
+    files = RunFiles.from_context() if rank == 0 else None
+    rows: list[dict] = []
+    first_loss = None
+    tokens_per_step = cfg.tokens_per_step_per_worker * world
+    window_start, window_steps = time.perf_counter(), 0
+    timed_time, timed_steps = 0.0, 0
+    data_position = position.data_position
+    for step in range(position.step + 1, cfg.steps + 1):
+        micro = [next(batches) for _ in range(cfg.grad_accum)]
+        data_position += cfg.grad_accum
+        loss = train_step(engine, micro, lr_at(step, cfg), cfg.grad_clip)
+        window_steps += 1
+        if cfg.fault_at_step == step and info["resumed_from_step"] is None and rank == world - 1:
+            os._exit(17)  # test hook: a worker dies mid-run; FailureConfig must recover
+        save = step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+        log = save or step == position.step + 1 or step % cfg.log_every == 0
+        if not log:
+            continue
+        loss_value = mean_across_ranks(loss)  # syncs the device, so the clock below is honest
+        now = time.perf_counter()
+        step_time = (now - window_start) / window_steps
+        if step > position.step + 1:  # the first step carries warm-up: time the rest
+            timed_time += now - window_start
+            timed_steps += window_steps
+        first_loss = loss_value if first_loss is None else first_loss
+        tps = tokens_per_step / step_time
+        metrics = {
+            "step": step, "loss": loss_value, "first_loss": first_loss, "lr": lr_at(step, cfg),
+            "step_time_s": step_time, "tokens_per_s": tps, "tokens_per_s_per_worker": tps / world,
+            "mfu": mfu(tps / world, engine.flops_per_token, peak),
+            "peak_mem_gib": (torch.cuda.max_memory_allocated(engine.device) / 2**30
+                             if engine.device.type == "cuda" else None),
+            "run_tokens_per_s": tokens_per_step * timed_steps / timed_time if timed_steps else tps,
+            **info,
+        }
+        rows.append(metrics)
+        if rank == 0:
+            mfu_text = f"  mfu {metrics['mfu']:.3f}" if metrics["mfu"] is not None else ""
+            print(f"step {step}/{cfg.steps}  loss {loss_value:.4f}  lr {metrics['lr']:.2e}  "
+                  f"tokens/s {tps:,.0f}{mfu_text}", flush=True)
+        if save:
+            if files:
+                files.append_metrics(rows)
+                rows = []
+            checkpoint.save_and_report(engine, checkpoint.Position(step, data_position), metrics)
+        else:
+            ray.train.report(metrics)
+        window_start, window_steps = time.perf_counter(), 0
+    if files:
+        files.append_metrics(rows)
+        files.plot()
+    if cfg.export:
+        _export(engine, files)
+
+
+def _export(engine: Engine, files: RunFiles | None) -> None:
+    """Consolidated Hugging Face model (full state dict gathered to rank 0) in the run directory."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(engine.model, options=StateDictOptions(full_state_dict=True,
+                                                                       cpu_offload=True))
+    if files is None:
+        return
+    state = {k.removeprefix("lm."): v for k, v in full.items()}
+    with files.local_dir("hf_model") as d:
+        engine.model.lm.save_pretrained(d, state_dict=state)
+        assert glob.glob(str(Path(d, "*.safetensors"))), "export wrote no weights"

@@ -1,0 +1,48 @@
+"""Fused LM-head + cross-entropy that never holds the full logits.
+
+Qwen's 151,936-word vocabulary makes fp32 logits ~5 GB at 8k tokens. This computes the loss chunk by
+chunk and, in the same pass, the gradients for the hidden states and the head weight (the approach
+of Liger's fused linear cross-entropy), so backward does no recompute and memory stays at one
+chunk's logits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                chunk: int) -> torch.Tensor:
+        n = hidden.shape[0]
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for start in range(0, n, chunk):
+            h = hidden[start:start + chunk]
+            y = labels[start:start + chunk]
+            logits = (h @ weight.t()).float()
+            lse = torch.logsumexp(logits, dim=-1)
+            loss += (lse - logits.gather(1, y[:, None]).squeeze(1)).sum()
+            # d(mean loss)/d(logits) = (softmax - one_hot) / n, computed in place.
+            grad_logits = logits.sub_(lse[:, None]).exp_()
+            grad_logits[torch.arange(len(y), device=y.device), y] -= 1.0
+            grad_logits = grad_logits.div_(n).to(hidden.dtype)
+            grad_hidden[start:start + chunk] = grad_logits @ weight
+            grad_weight += (grad_logits.t() @ h).float()
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return loss / n
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return (grad_hidden * grad_loss.to(grad_hidden.dtype),
+                (grad_weight * grad_loss).to(ctx.weight_dtype), None, None)
+
+
+def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                               chunk_tokens: int) -> torch.Tensor:
+    """Mean next-token loss of `hidden @ weight.T` against `labels` (shapes [N, H], [V, H], [N])."""
+    return _FusedLinearCrossEntropy.apply(hidden, weight, labels, chunk_tokens)

@@ -1,0 +1,71 @@
+"""Throughput accounting: FLOPs per token, MFU against a cited peak table, metrics.csv and plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+# Dense bf16 tensor-core peaks from the vendors' datasheets (no sparsity). MFU is reported against
+# these unless a measured matmul rate is given (the benchmark measures one).
+PEAK_BF16_TFLOPS: dict[str, float] = {
+    "NVIDIA H200": 989.0,  # H200 SXM datasheet (same as H100 SXM): 1,979 TFLOP/s with sparsity
+    "NVIDIA H100 80GB HBM3": 989.0,  # H100 SXM datasheet
+    "NVIDIA L4": 121.0,  # L4 datasheet: 242 TFLOP/s bf16 with sparsity
+    "NVIDIA L40S": 362.0,  # L40S datasheet: 733 TFLOP/s bf16 with sparsity
+}
+
+CSV_FIELDS = ("step", "loss", "lr", "tokens_per_s", "tokens_per_s_per_worker", "mfu", "step_time_s",
+              "peak_mem_gib")
+
+
+def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6N for the weights (tied LM head counted in N) + attention 12*L*H*S."""
+    return 6.0 * num_params + 12.0 * num_layers * hidden * seq_len
+
+
+def peak_flops(device_name: str | None) -> float | None:
+    """Peak bf16 FLOP/s for a GPU name, or None (CPU, unknown GPU): MFU is then not reported."""
+    if device_name is None:
+        return None
+    tflops = PEAK_BF16_TFLOPS.get(device_name)
+    return tflops * 1e12 if tflops else None
+
+
+def mfu(tokens_per_s_per_device: float, flops_per_tok: float, peak: float | None) -> float | None:
+    if not peak:
+        return None
+    return tokens_per_s_per_device * flops_per_tok / peak
+
+
+def merge_csv(existing: str, rows: list[dict]) -> str:
+    """metrics.csv text with `rows` appended; rows of steps already present are replaced (resume)."""
+    by_step = {int(r["step"]): r for r in csv.DictReader(io.StringIO(existing))} if existing else {}
+    for r in rows:
+        by_step[int(r["step"])] = {k: r.get(k) for k in CSV_FIELDS}
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
+    writer.writeheader()
+    for step in sorted(by_step):
+        writer.writerow(by_step[step])
+    return out.getvalue()
+
+
+def plot_csv(csv_text: str, png_path: Path) -> None:
+    """Loss and throughput against step, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
+    steps = [int(r["step"]) for r in rows]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    ax1.plot(steps, [float(r["loss"]) for r in rows], marker=".")
+    ax1.set_ylabel("loss")
+    ax2.plot(steps, [float(r["tokens_per_s"] or "nan") for r in rows], marker=".", color="C1")
+    ax2.set_ylabel("tokens/s (all workers)")
+    ax2.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=80)
+    plt.close(fig)

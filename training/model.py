@@ -1,0 +1,104 @@
+"""Model construction: built-in random-init Qwen2 shapes or Hugging Face checkpoints.
+
+Single-device code with no knowledge of parallelism (`parallelize.py` shards it). The model is
+wrapped in `CausalLMWithLoss` so that the LM head and the loss run inside the FSDP root module's
+forward: the root group (embeddings, final norm, tied LM head) is gathered by FSDP's own hooks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
+
+from training.loss import fused_linear_cross_entropy
+
+# Qwen2.5 shapes from the published configs (Qwen/Qwen2.5-1.5B config.json); `tiny` keeps the
+# architecture (GQA, tied embeddings, RMSNorm, SwiGLU) at a size that trains on a laptop CPU.
+BUILTIN_SHAPES: dict[str, dict] = {
+    "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512, max_position_embeddings=1024),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
+                         max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+}
+
+
+class ModelError(ValueError):
+    """The model named by --model (or its tokenizer) cannot be used."""
+
+
+def is_builtin(spec: str) -> bool:
+    return spec in BUILTIN_SHAPES
+
+
+def model_config(spec: str, vocab_size: int | None = None) -> PretrainedConfig:
+    """The architecture for `spec`; built-in shapes take the tokenizer's vocabulary when given."""
+    if is_builtin(spec):
+        shape = dict(BUILTIN_SHAPES[spec])
+        if vocab_size:
+            shape["vocab_size"] = vocab_size
+        config = Qwen2Config(tie_word_embeddings=True, **shape)
+    else:
+        if _looks_like_path(spec) and not Path(spec).is_dir():
+            raise ModelError(f"--model {spec!r}: no such model directory")
+        try:
+            config = AutoConfig.from_pretrained(spec)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"--model {spec!r}: cannot load its config ({_first_line(e)}); "
+                             "pass a Hugging Face id, a local model directory, or a built-in "
+                             f"shape {sorted(BUILTIN_SHAPES)}") from None
+    config.use_cache = False
+    return config
+
+
+def max_positions(config: PretrainedConfig) -> int:
+    return int(getattr(config, "max_position_embeddings", 0) or 0)
+
+
+def build_model(spec: str, config: PretrainedConfig, *, seed: int) -> nn.Module:
+    """Random init (same weights on every rank, from `seed`) or pretrained weights, in fp32.
+
+    fp32 is deliberate: these are the master weights; FSDP2's mixed-precision policy casts to bf16
+    for compute on GPU.
+    """
+    if is_builtin(spec):
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
+                                                dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(spec, config=config, attn_implementation="sdpa",
+                                                dtype=torch.float32)
+
+
+def count_params(model: nn.Module) -> int:
+    """Parameters counted once each (a tied LM head counts once: its matmul is the FLOPs)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+class CausalLMWithLoss(nn.Module):
+    """Decoder + tied LM head + next-token loss in one forward, without full logits."""
+
+    def __init__(self, lm: nn.Module, loss_chunk_tokens: int):
+        super().__init__()
+        self.lm = lm
+        self.loss_chunk_tokens = loss_chunk_tokens
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.lm.model.layers
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        hidden = self.lm.model(input_ids=input_ids).last_hidden_state
+        return fused_linear_cross_entropy(hidden.flatten(0, 1), self.lm.lm_head.weight,
+                                          labels.flatten(), self.loss_chunk_tokens)
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") != 1
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

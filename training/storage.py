@@ -1,0 +1,61 @@
+"""Resolve and probe the run's storage before any training starts.
+
+`s3://` paths use the AWS default credential chain (EKS Pod Identity on the cluster). An
+S3-compatible endpoint (MinIO, a test server) is taken from AWS_ENDPOINT_URL_S3 or
+AWS_ENDPOINT_URL, which the AWS CLI and SDKs honour too.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+from pyarrow.lib import ArrowException
+
+
+class StorageError(ValueError):
+    """The storage path cannot hold checkpoints."""
+
+
+@dataclass(frozen=True)
+class Storage:
+    uri: str  # what the user gave, for messages and the summary
+    path: str  # path on `filesystem`
+    filesystem: pafs.FileSystem
+
+    def display(self, fs_path: str) -> str:
+        return f"s3://{fs_path}" if isinstance(self.filesystem, pafs.S3FileSystem) else fs_path
+
+
+def resolve(uri: str) -> Storage:
+    if uri.startswith("s3://"):
+        parsed = urlparse(uri)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        kwargs = {}
+        if endpoint:
+            ep = urlparse(endpoint)
+            kwargs = {"endpoint_override": ep.netloc, "scheme": ep.scheme or "https"}
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region:
+            kwargs["region"] = region
+        fs = pafs.S3FileSystem(**kwargs)
+        return Storage(uri, f"{parsed.netloc}{parsed.path}".rstrip("/"), fs)
+    if "://" in uri:
+        raise StorageError(f"--storage-path {uri!r}: only local directories and s3:// are supported")
+    return Storage(uri, os.path.abspath(os.path.expanduser(uri)), pafs.LocalFileSystem())
+
+
+def check_writable(storage: Storage) -> None:
+    """Write and delete a probe file, so an unusable path fails now, not at the first checkpoint."""
+    probe = f"{storage.path}/.write-probe-{uuid.uuid4().hex}"
+    try:
+        storage.filesystem.create_dir(storage.path, recursive=True)
+        with storage.filesystem.open_output_stream(probe) as f:
+            f.write(b"ok")
+        storage.filesystem.delete_file(probe)
+    except (OSError, ArrowException) as e:
+        raise StorageError(f"--storage-path {storage.uri!r} is not writable: "
+                           f"{str(e).splitlines()[0]}") from None
