@@ -94,7 +94,7 @@ def run(cfg: TrainConfig) -> dict:
     finally:
         if started_here:
             ray.shutdown()
-    return _summary(result, storage)
+    return _summary(result, storage, cfg)
 
 
 def _check_model_and_data(cfg: TrainConfig) -> int | None:
@@ -197,8 +197,13 @@ def _root_cause(e: BaseException) -> str:
     return (ours or lines or [type(e).__name__])[-1]
 
 
-def _summary(result, storage: Storage) -> dict:
-    m = result.metrics or {}
+def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
+    """The run's last metrics, which rank 0 writes to the run directory (Ray's Result keeps only
+    checkpointed reports), plus where the latest checkpoint is."""
+    from training.run_files import RunFiles
+
+    run_dir = f"{storage.path}/{cfg.name}"
+    m = RunFiles(storage.filesystem, run_dir).read_json("summary.json") or {}
     return {
         "steps": m.get("step"),
         "first_loss": m.get("first_loss"),
@@ -209,10 +214,10 @@ def _summary(result, storage: Storage) -> dict:
         "world_size": m.get("world_size"),
         "resumed_from_step": m.get("resumed_from_step"),
         "checkpoint": storage.display(result.checkpoint.path) if result.checkpoint else None,
-        "run_dir": storage.display(f"{storage.path}/{result.path.split('/')[-1]}")
-        if result.path else None,
+        "run_dir": storage.display(run_dir),
         "nccl_transport": m.get("nccl_transport"),
         "efa_preflight": m.get("efa_preflight"),
+        "activation_checkpointing": m.get("activation_checkpointing"),
     }
 
 

@@ -48,20 +48,26 @@ class TrainConfig:
     name: str = field(default="qwen-fsdp", metadata={"help": "run name; the same name and storage "
                       "path resume the run"})
     checkpoint_every: int = field(default=10, metadata={"help": "save a checkpoint every N steps "
-                                  "(and at the end); 0 saves only at the end"})
+                                  "and at the end; 0 disables checkpoints"})
     max_failures: int = field(default=0, metadata={"help": "worker failures to recover from by "
                               "restarting from the latest checkpoint"})
     address: str | None = field(default=None, metadata={"help": "Ray address (`auto` on the "
                                 "cluster); default starts a local Ray"})
     log_every: int = field(default=5, metadata={"help": "progress line every N steps"})
     seed: int = field(default=0, metadata={"help": "seed for init and random data"})
-    activation_checkpointing: bool = field(default=False, metadata={"help": "recompute decoder "
-                                           "layers in backward to save memory"})
+    activation_checkpointing: bool | None = field(default=None, metadata={"help": "recompute "
+                                                  "decoder layers in backward to save memory; "
+                                                  "default: on only when the memory estimate "
+                                                  "exceeds the GPU (or --memory-budget-gib)"})
+    memory_budget_gib: float | None = field(default=None, metadata={"help": "cap per-GPU memory "
+                                            "(e.g. 22 to rehearse 24 GB L4s on a larger GPU)"})
     reshard_after_forward: bool = field(default=True, metadata={"help": "FSDP2: free gathered "
                                         "layer weights after forward (ZeRO-3); off keeps them (ZeRO-2, "
                                         "more memory, less communication)"})
-    loss_chunk_tokens: int = field(default=4096, metadata={"help": "tokens per chunk of the fused "
-                                   "LM-head + cross-entropy (never materializes the full logits)"})
+    loss_chunk_tokens: int = field(default=2048, metadata={"help": "tokens per chunk of the fused "
+                                   "LM-head + cross-entropy (never materializes the full logits); "
+                                   "0 computes full logits (for comparison only)"})
+    compile: bool = field(default=False, metadata={"help": "torch.compile each decoder layer"})
     expect_transport: Literal["any", "efa"] = field(default="any", metadata={"help": "`efa`: "
                                                     "fail unless NCCL uses EFA between nodes"})
     on_fallback: Literal["fail", "warn"] = field(default="fail", metadata={"help": "when NCCL "
@@ -79,15 +85,17 @@ class TrainConfig:
         """Every problem with these settings, each naming its flag and the fix."""
         out = []
         positive = ("steps", "seq_len", "micro_batch_size", "grad_accum", "num_workers",
-                    "log_every", "loss_chunk_tokens")
+                    "log_every")
         for name in positive:
             if getattr(self, name) < 1:
                 out.append(f"--{_flag(name)} must be at least 1 (got {getattr(self, name)})")
-        for name in ("checkpoint_every", "max_failures", "warmup_steps"):
+        for name in ("checkpoint_every", "max_failures", "warmup_steps", "loss_chunk_tokens"):
             if getattr(self, name) < 0:
                 out.append(f"--{_flag(name)} must be 0 or more (got {getattr(self, name)})")
         if not self.lr > 0:
             out.append(f"--lr must be positive (got {self.lr})")
+        if self.memory_budget_gib is not None and self.memory_budget_gib <= 0:
+            out.append(f"--memory-budget-gib must be positive (got {self.memory_budget_gib})")
         if self.grad_clip < 0:
             out.append(f"--grad-clip must be 0 (off) or positive (got {self.grad_clip})")
         if self.expect_transport not in TRANSPORT_EXPECTATIONS:

@@ -50,7 +50,8 @@ def train_func(loop_config: dict) -> None:
     batches = _batches(cfg, rank, loop_config.get("vocab_size") or
                        engine.model.lm.config.vocab_size, position)
     info = {"world_size": world, "resumed_from_step": resumed_from, "nccl_transport": link.verdict,
-            "nccl_nodes": link.nodes, "efa_preflight": preflight, "num_params": engine.num_params}
+            "nccl_nodes": link.nodes, "efa_preflight": preflight, "num_params": engine.num_params,
+            "activation_checkpointing": engine.activation_checkpointing}
     _run_steps(cfg, engine, batches, position, info, rank)
 
 
@@ -109,9 +110,13 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
         loss = train_step(engine, micro, lr_at(step, cfg), cfg.grad_clip)
         window_steps += 1
         if cfg.fault_at_step == step and info["resumed_from_step"] is None and rank == world - 1:
-            os._exit(17)  # test hook: a worker dies mid-run; FailureConfig must recover
-        save = step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-        log = save or step == position.step + 1 or step % cfg.log_every == 0
+            # Test hook: a worker dies mid-run and FailureConfig must recover. The pause lets Ray
+            # Train's controller (it polls every 2 s) register the last checkpoint first, as it
+            # would have long before any real failure.
+            time.sleep(5)
+            os._exit(17)
+        save = bool(cfg.checkpoint_every) and (step == cfg.steps or step % cfg.checkpoint_every == 0)
+        log = save or step in (position.step + 1, cfg.steps) or step % cfg.log_every == 0
         if not log:
             continue
         loss_value = mean_across_ranks(loss)  # syncs the device, so the clock below is honest
@@ -139,7 +144,6 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
         if save:
             if files:
                 files.append_metrics(rows)
-                rows = []
             checkpoint.save_and_report(engine, checkpoint.Position(step, data_position), metrics)
         else:
             ray.train.report(metrics)
@@ -147,6 +151,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
     if files:
         files.append_metrics(rows)
         files.plot()
+        files.write_json("summary.json", rows[-1] if rows else {"step": position.step, **info})
     if cfg.export:
         _export(engine, files)
 

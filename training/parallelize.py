@@ -23,7 +23,7 @@ def mixed_precision(device: torch.device) -> MixedPrecisionPolicy | None:
 
 
 def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_forward: bool,
-                activation_checkpointing: bool) -> CausalLMWithLoss:
+                activation_checkpointing: bool, compile_layers: bool = False) -> CausalLMWithLoss:
     """Shard in place across the default process group and return the model."""
     kwargs = {}
     policy = mixed_precision(device)
@@ -34,6 +34,8 @@ def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_
         if activation_checkpointing:
             layer = checkpoint_wrapper(layer)
             layers[i] = layer
+        if compile_layers:
+            layer.compile()
         # The last layer is gathered again right away by backward: keeping it saves one all-gather.
         last = i == len(layers) - 1
         fully_shard(layer, reshard_after_forward=reshard_after_forward and not last, **kwargs)

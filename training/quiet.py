@@ -45,7 +45,7 @@ class LineFilter(io.TextIOBase):
         self.target.flush()
 
     def isatty(self) -> bool:
-        return self.target.isatty()
+        return not self.target.closed and self.target.isatty()
 
     def fileno(self) -> int:
         return self.target.fileno()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -33,6 +34,13 @@ class RunFiles:
         self.fs.create_dir(self.run_dir, recursive=True)
         with self.fs.open_output_stream(f"{self.run_dir}/{name}") as f:
             f.write(payload)
+
+    def write_json(self, name: str, payload: dict) -> None:
+        self._write(name, json.dumps(payload).encode())
+
+    def read_json(self, name: str) -> dict | None:
+        text = self._read(name)
+        return json.loads(text) if text else None
 
     def append_metrics(self, rows: list[dict]) -> None:
         if rows:

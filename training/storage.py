@@ -38,6 +38,9 @@ def resolve(uri: str) -> Storage:
         if endpoint:
             ep = urlparse(endpoint)
             kwargs = {"endpoint_override": ep.netloc, "scheme": ep.scheme or "https"}
+            if os.environ.get("AWS_ACCESS_KEY_ID"):  # static keys travel with the pickled fs
+                kwargs["access_key"] = os.environ["AWS_ACCESS_KEY_ID"]
+                kwargs["secret_key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:
             kwargs["region"] = region

@@ -65,10 +65,16 @@ def check_transport(log_path: Path | None, device: torch.device, expect: str,
     merged = nccl.Facts()
     for f in gathered:
         merged = merged.merge(nccl.Facts.from_json(f))
-    report = nccl.report(merged)
+    return decide(merged, expect, on_fallback)
+
+
+def decide(facts: nccl.Facts, expect: str, on_fallback: str) -> TransportResult:
+    """The verdict on all ranks' facts; raises on a fallback (or a miss of --expect-transport)
+    unless `on_fallback` is `warn`."""
+    report = nccl.report(facts)
     v = report["verdict"]
     problem = v == "socket-fallback" or not nccl.satisfies(v, expect)
-    message = nccl.explain(v, merged) if problem else None
+    message = nccl.explain(v, facts) if problem else None
     if problem and on_fallback == "fail":
         raise TransportError(message)
     return TransportResult(v, report["nodes"], report["evidence"], message)

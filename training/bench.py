@@ -1,0 +1,330 @@
+"""`python -m training.bench`: our training step against the reference approach, side by side.
+
+One invocation, through Ray Train with one worker per visible GPU, measures
+  - the GPU's bf16 matmul rate (the MFU denominator),
+  - `reference`: what the AWS sample does (FSDP1 via `prepare_model` with a size-based wrap policy
+    at 1e7 parameters, model in bf16, plain AdamW, Hugging Face's loss),
+  - `ours`: the real step of `training/` (`engine.build_engine` + `engine.train_step`), and any
+    lever variants named with --variants,
+on the same micro-batches, warm-up excluded, timed with CUDA events. It prints a table, writes a
+JSON result, and appends rows to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import gc
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from training.config import TrainConfig
+
+# Lever variants of `ours`: TrainConfig overrides, one lever each, so each row isolates one change.
+VARIANTS: dict[str, dict] = {
+    "ours": {},
+    "ours-unfused-loss": {"loss_chunk_tokens": 0},
+    "ours-zero2": {"reshard_after_forward": False},
+    "ours-ac": {"activation_checkpointing": True},
+    "ours-compile": {"compile": True},
+    "ours-zero2-compile": {"reshard_after_forward": False, "compile": True},
+}
+REFERENCE = "reference"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m training.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="qwen2.5-1.5b", help="built-in random-init shape")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--micro-batch-size", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per variant")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps per variant")
+    ap.add_argument("--variants", default="reference,ours",
+                    help=f"comma-separated: {REFERENCE}, {', '.join(VARIANTS)}")
+    ap.add_argument("--num-workers", type=int, default=None, help="default: one per visible GPU, "
+                    "2 on CPU")
+    ap.add_argument("--memory-budget-gib", type=float, default=None,
+                    help="cap per-GPU memory (22 rehearses 24 GB L4s)")
+    ap.add_argument("--label", default="", help="free text for the results row (e.g. the lever)")
+    ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--results-md", type=Path, default=Path("bench/RESULTS.md"))
+    return ap
+
+
+def _time_steps(step, batches, warmup: int, steps: int, device) -> list[float]:
+    """Seconds per step for `steps` timed steps after `warmup` untimed ones."""
+    import torch
+
+    for inputs, labels in batches[:warmup]:
+        step(inputs, labels)
+    times = []
+    for inputs, labels in batches[warmup:warmup + steps]:
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step(inputs, labels)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1000)
+        else:
+            t = time.perf_counter()
+            step(inputs, labels)
+            times.append(time.perf_counter() - t)
+    return times
+
+
+def _matmul_tflops(device) -> float | None:
+    """Measured dense bf16 matmul rate on random data (8192^3, median of 20)."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    n = 8192
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(5):
+        a @ b
+    times = []
+    for _ in range(20):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        a @ b
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1000)
+    return 2 * n**3 / statistics.median(times) / 1e12
+
+
+def _reference_step(model_cfg, device):
+    """The AWS sample's setup: FSDP1 size-based wrap (1e7), bf16 model, plain AdamW, HF loss."""
+    import functools
+
+    import ray.train.torch
+    import torch
+    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+    from transformers import AutoModelForCausalLM
+
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(model_cfg, attn_implementation="sdpa",
+                                                 dtype=torch.bfloat16)
+    model = ray.train.torch.prepare_model(model, parallel_strategy="fsdp", parallel_strategy_kwargs={
+        "auto_wrap_policy": functools.partial(size_based_auto_wrap_policy, min_num_params=int(1e7))})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step(inputs, labels):
+        model(input_ids=inputs, labels=inputs).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step, (model, opt)
+
+
+def _ours_step(cfg: TrainConfig, model_cfg, device):
+    from training.engine import build_engine, lr_at, train_step
+
+    engine = build_engine(cfg, model_cfg, device)
+
+    def step(inputs, labels):
+        train_step(engine, [(inputs, labels)], lr_at(10, cfg), cfg.grad_clip)
+    return step, engine
+
+
+def bench_func(opts: dict) -> None:
+    """Per worker: matmul rate, then each variant in turn; rank 0 reports all rows."""
+    import ray.train
+    import ray.train.torch
+    import torch
+    import torch.distributed as dist
+
+    from training import transport
+    from training.data import random_batch
+    from training.engine import memory_limit_bytes
+    from training.metrics import flops_per_token, peak_flops
+    from training.model import count_params, model_config
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    log_path = transport.capture_nccl_log(rank)
+    link = transport.check_transport(log_path, device, "any", "warn")
+    base = TrainConfig(model=opts["model"], seq_len=opts["seq_len"],
+                       micro_batch_size=opts["micro_batch_size"],
+                       memory_budget_gib=opts["memory_budget_gib"])
+    memory_limit_bytes(base, device)  # applies the budget to every variant, the reference too
+    model_cfg = model_config(base.model)
+    matmul = _matmul_tflops(device)
+    n_steps = opts["warmup"] + opts["steps"]
+    batches = [tuple(t.to(device) for t in random_batch(
+        seed=0, rank=rank, step=s, micro=0, batch=base.micro_batch_size, seq_len=base.seq_len,
+        vocab=model_cfg.vocab_size, repeat=False)) for s in range(n_steps)]
+    rows = []
+    for name in opts["variants"]:
+        cfg = dataclasses.replace(base, **VARIANTS.get(name, {}))
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        row = {"variant": name}
+        try:
+            if name == REFERENCE:
+                if device.type != "cuda":
+                    raise RuntimeError("skipped: FSDP1 prepare_model needs a GPU")
+                step, keep = _reference_step(model_cfg, device)
+            else:
+                step, keep = _ours_step(cfg, model_cfg, device)
+                row["activation_checkpointing"] = keep.activation_checkpointing
+            times = _time_steps(step, batches, opts["warmup"], opts["steps"], device)
+            del step, keep
+            step_s = statistics.median(times)
+            tps = cfg.micro_batch_size * cfg.seq_len / step_s
+            row.update(step_time_ms=step_s * 1000, tokens_per_s_per_gpu=tps)
+        except Exception as e:  # an OOM or a broken lever is a result row, not a lost run
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else \
+                type(e).__name__
+        row["peak_mem_gib"] = (torch.cuda.max_memory_allocated(device) / 2**30
+                               if device.type == "cuda" else None)
+        rows.append(row)
+        gc.collect()
+        dist.barrier()
+    # Same FLOPs accounting as the job: 6N (tied head counted once) + attention.
+    from training.model import build_model
+    with torch.device("meta"):
+        n_params = count_params(build_model(base.model, model_cfg, seed=0))
+    fpt = flops_per_token(n_params, model_cfg.num_hidden_layers, model_cfg.hidden_size, base.seq_len)
+    peak = peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None)
+    for row in rows:
+        if "tokens_per_s_per_gpu" in row:
+            row["mfu"] = row["tokens_per_s_per_gpu"] * fpt / (matmul * 1e12) if matmul else None
+            row["mfu_vs_datasheet"] = row["tokens_per_s_per_gpu"] * fpt / peak if peak else None
+    env = {
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+        or "cpu",
+        "world_size": world, "torch": torch.__version__,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
+        "matmul_tflops": matmul, "flops_per_token": fpt, "num_params": n_params,
+        "nccl_transport": link.verdict,
+        "nccl_env": {k: v for k, v in os.environ.items() if k in ("NCCL_P2P_DISABLE",
+                                                                  "NCCL_SHM_DISABLE", "NCCL_NET")},
+    }
+    # Ray Train keeps the metrics of checkpointed reports: rank 0 ships the result as one.
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        checkpoint = None
+        if rank == 0:
+            Path(d, "bench.json").write_text(json.dumps({"env": env, "rows": rows}))
+            checkpoint = ray.train.Checkpoint.from_directory(d)
+        ray.train.report({}, checkpoint=checkpoint)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> dict:
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2.api.config import LoggingConfig
+
+    from training.cli import REPO_ROOT
+
+    ray.init(logging_level="ERROR", runtime_env={"env_vars": {
+        "PYTHONPATH": str(REPO_ROOT), "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}})
+    try:
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        workers = args.num_workers or gpus or 2
+        opts = {"model": args.model, "seq_len": args.seq_len,
+                "micro_batch_size": args.micro_batch_size, "steps": args.steps,
+                "warmup": args.warmup, "variants": args.variants.split(","),
+                "memory_budget_gib": args.memory_budget_gib}
+        trainer = TorchTrainer(bench_func, train_loop_config=opts,
+                               scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus > 0),
+                               run_config=RunConfig(name="bench", storage_path="/tmp/bench-runs",
+                                                    logging_config=LoggingConfig("WARNING")))
+        with trainer.fit().checkpoint.as_directory() as d:
+            result = json.loads(Path(d, "bench.json").read_text())
+    finally:
+        ray.shutdown()
+    ref = next((r for r in result["rows"] if r["variant"] == REFERENCE and "error" not in r), None)
+    for row in result["rows"]:
+        if ref and "tokens_per_s_per_gpu" in row:
+            row["vs_reference"] = row["tokens_per_s_per_gpu"] / ref["tokens_per_s_per_gpu"]
+    result["settings"] = {k: v for k, v in vars(args).items() if k not in ("json_out", "results_md")}
+    result["settings"]["json_out"] = str(args.json_out) if args.json_out else None
+    result["env"]["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    result["env"]["command"] = "python -m training.bench " + shlex.join(argv)
+    return result
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(result: dict) -> str:
+    env, s = result["env"], result["settings"]
+    lines = [f"{env['gpu']} x{env['world_size']}, torch {env['torch']}, NCCL {env['nccl']}, "
+             f"matmul {_fmt(env['matmul_tflops'], '.0f')} TFLOP/s, seq {s['seq_len']}, "
+             f"micro-batch {s['micro_batch_size']}, NCCL transport {env['nccl_transport']}",
+             f"{'variant':<20} {'tok/s/GPU':>10} {'MFU':>6} {'step ms':>8} {'peak GiB':>9} "
+             f"{'vs ref':>7}"]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"{r['variant']:<20} {r['error']}")
+            continue
+        lines.append(f"{r['variant']:<20} {r['tokens_per_s_per_gpu']:>10,.0f} "
+                     f"{_fmt(r.get('mfu'), '.3f'):>6} {r['step_time_ms']:>8.1f} "
+                     f"{_fmt(r['peak_mem_gib'], '.1f'):>9} {_fmt(r.get('vs_reference'), '.2f'):>7}")
+    return "\n".join(lines)
+
+
+RESULTS_HEADER = ("| date (UTC) | GPU x world | torch / NCCL | variant | seq | mb | budget GiB | "
+                  "tok/s/GPU | MFU (measured matmul) | step ms | peak GiB | vs reference | "
+                  "NCCL transport | label | command |\n"
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+
+
+def append_results(result: dict, path: Path) -> None:
+    env, s = result["env"], result["settings"]
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("# Benchmark results\n\nRows are appended by `python -m training.bench`; "
+                        "never edited by hand. MFU is against the bf16 matmul rate measured in "
+                        "the same run.\n\n" + RESULTS_HEADER)
+    with path.open("a") as f:
+        for r in result["rows"]:
+            numbers = ("error: " + r["error"], "", "", "", "") if "error" in r else (
+                f"{r['tokens_per_s_per_gpu']:,.0f}", _fmt(r.get("mfu"), ".3f"),
+                f"{r['step_time_ms']:.1f}", _fmt(r["peak_mem_gib"], ".1f"),
+                _fmt(r.get("vs_reference"), ".2f"))
+            f.write("| " + " | ".join([
+                env["date"], f"{env['gpu']} x{env['world_size']}", f"{env['torch']} / {env['nccl']}",
+                r["variant"], str(s["seq_len"]), str(s["micro_batch_size"]),
+                _fmt(s["memory_budget_gib"], "g"), *numbers, env["nccl_transport"],
+                s["label"] or "", f"`{env['command']}`"]) + " |\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training import quiet
+
+    quiet.install()
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    unknown = [v for v in args.variants.split(",") if v != REFERENCE and v not in VARIANTS]
+    if unknown:
+        print(f"error: unknown --variants {unknown}; choose from {[REFERENCE, *VARIANTS]}",
+              file=sys.stderr)
+        return 2
+    result = run(args, argv)
+    print(table(result))
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(result, indent=2))
+    append_results(result, args.results_md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
