@@ -229,10 +229,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
 
-    from training.cli import REPO_ROOT
+    from training.cli import worker_env
 
-    ray.init(logging_level="ERROR", runtime_env={"env_vars": {
-        "PYTHONPATH": str(REPO_ROOT), "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}})
+    ray.init(logging_level="ERROR", runtime_env={"env_vars": worker_env()})
     try:
         gpus = int(ray.cluster_resources().get("GPU", 0))
         workers = args.num_workers or gpus or 2

@@ -141,6 +141,12 @@ def _text_dataset(cfg: TrainConfig):
     return ds
 
 
+def worker_env() -> dict[str, str]:
+    """Environment for a local Ray's workers: the repository importable, Ray's chatter off."""
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, "PYTHONWARNINGS": "ignore", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+
+
 def _init_ray(cfg: TrainConfig) -> None:
     import ray
 
@@ -151,8 +157,7 @@ def _init_ray(cfg: TrainConfig) -> None:
     # repository on the workers' import path.
     ray.init(num_cpus=(os.cpu_count() or 2) + 2,
              logging_level=logging.ERROR,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT), "PYTHONWARNINGS": "ignore",
-                                       "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}})
+             runtime_env={"env_vars": worker_env()})
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: dict) -> None:

@@ -20,11 +20,11 @@ def ray_session():
     from training import quiet
 
     quiet.install()
+    from training.cli import worker_env
+
+    # The controller polls workers every 2 s by default; faster polls, shorter tests.
     ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
-                                       "PYTHONWARNINGS": "ignore",
-                                       # The controller polls workers; faster polls, shorter tests.
-                                       "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}})
+             runtime_env={"env_vars": {**worker_env(), "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}})
     yield ray
     ray.shutdown()
 
