@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--label", default="", help="free text for the results row (e.g. the lever)")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--results-md", type=Path, default=Path("bench/RESULTS.md"))
+    ap.add_argument("--from-json", type=Path, nargs="+", default=None, help="append the rows of "
+                    "saved --json-out results to --results-md instead of measuring (for results "
+                    "brought back from the GPU machine)")
     return ap
 
 
@@ -311,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     quiet.install()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    if args.from_json:
+        for path in args.from_json:
+            append_results(json.loads(path.read_text()), args.results_md)
+        return 0
     unknown = [v for v in args.variants.split(",") if v != REFERENCE and v not in VARIANTS]
     if unknown:
         print(f"error: unknown --variants {unknown}; choose from {[REFERENCE, *VARIANTS]}",

@@ -111,3 +111,12 @@ def test_expecting_efa_on_one_node_is_flagged():
     assert decide(single, expect="any", on_fallback="fail").message is None
     with pytest.raises(TransportError, match="one node"):
         decide(single, expect="efa", on_fallback="fail")
+
+
+def test_logs_captured_by_the_job_on_h200_classify_as_the_runs_were():
+    healthy = facts_of(*sorted(NCCL_FIXTURES.glob("h200-job-healthy.rank*.log")))
+    sockets = facts_of(*sorted(NCCL_FIXTURES.glob("h200-job-sockets.rank*.log")))
+    assert nccl.verdict(healthy) == "single-node"
+    assert nccl.verdict(sockets) == "socket-fallback"
+    with pytest.raises(TransportError):
+        decide(sockets, expect="any", on_fallback="fail")
