@@ -1,0 +1,321 @@
+"""The stack's one typed configuration, validated once before any resource is declared.
+
+`parse` is pure (a mapping of raw config strings in, `StackConfig` out) and collects every problem,
+each naming its config key and the fix, so `pulumi up` fails once with the whole list instead of
+one problem per attempt. `from_pulumi` reads the keys declared in Pulumi.yaml.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from infra import catalog
+
+# Kubernetes object names derived from clusterName, and their limits.
+EKS_NAME_MAX = 100
+RAYCLUSTER_NAME_MAX = 53
+RAYJOB_NAME_MAX = 47
+JOB_HASH_LEN = 10  # RayJob name = f"{clusterName}-{hash}"
+MAX_GPU_NODES = 64
+MAX_SYSTEM_NODES = 10
+MIN_ROOT_VOLUME_GIB = 200
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_IMAGE = re.compile(r"^[\w.\-/:]+(:[\w][\w.\-]{0,127}|@sha256:[0-9a-f]{64})$")
+_PRINCIPAL = re.compile(r"^arn:aws[\w-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d)[a-z]$")
+_K8S_VERSION = re.compile(r"^1\.\d{2}$")
+
+
+class ConfigError(ValueError):
+    """Every problem with the stack config, each naming its key and the fix."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid stack configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A capacity reservation or Capacity Block: its id and how many instances it holds."""
+
+    id: str
+    instance_count: int
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    model: str = "Qwen/Qwen2.5-1.5B"
+    steps: int = 100
+    seq_len: int = 2048
+    micro_batch_size: int = 1
+    lr: float = 1e-4
+    data: str = "random"
+    checkpoint_every: int = 50
+    extra_pip: tuple[str, ...] = ()
+    deadline_seconds: int = 4 * 3600
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    name: str
+    region: str
+    kubernetes_version: str = catalog.KUBERNETES_VERSION
+    vpc_cidr: str = "10.0.0.0/16"
+    system_instance_type: str = "m7i.xlarge"
+    system_node_count: int = 1
+    gpu_instance_type: str = "g6.12xlarge"
+    gpu_node_count: int = 2
+    gpu_availability_zone: str | None = None
+    capacity_reservation: Reservation | None = None
+    capacity_block: Reservation | None = None
+    image: str = catalog.RAY_IMAGE
+    ray_version: str = catalog.RAY_VERSION
+    tags: Mapping[str, str] = field(default_factory=dict)
+    admin_principal_arn: str | None = None
+    api_public_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    api_private_only: bool = False
+    root_volume_gib: int = MIN_ROOT_VOLUME_GIB
+    existing_cluster_name: str | None = None
+    run_job: bool = True
+    strict_efa: bool = False
+    force_destroy_bucket: bool = False
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+
+    @property
+    def gpu(self) -> catalog.InstanceFacts:
+        return catalog.INSTANCES[self.gpu_instance_type]
+
+    @property
+    def system(self) -> catalog.InstanceFacts:
+        return catalog.INSTANCES[self.system_instance_type]
+
+    @property
+    def paused(self) -> bool:
+        return self.gpu_node_count == 0
+
+    @property
+    def num_workers(self) -> int:
+        return self.gpu_node_count * self.gpu.gpus
+
+    @property
+    def reserved(self) -> Reservation | None:
+        return self.capacity_reservation or self.capacity_block
+
+
+# key -> (parser, attribute). Parsers turn a raw config string into a value or raise ValueError.
+def _int(raw: str) -> int:
+    return int(raw)
+
+
+def _bool(raw: str) -> bool:
+    if str(raw).lower() not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return str(raw).lower() == "true"
+
+
+def _json(raw: str) -> Any:
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
+def _str(raw: str) -> str:
+    return str(raw)
+
+
+FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "clusterName": (_str, "name"),
+    "kubernetesVersion": (_str, "kubernetes_version"),
+    "vpcCidr": (_str, "vpc_cidr"),
+    "systemInstanceType": (_str, "system_instance_type"),
+    "systemNodeCount": (_int, "system_node_count"),
+    "gpuInstanceType": (_str, "gpu_instance_type"),
+    "gpuNodeCount": (_int, "gpu_node_count"),
+    "gpuAvailabilityZone": (_str, "gpu_availability_zone"),
+    "capacityReservation": (_json, "capacity_reservation"),
+    "capacityBlock": (_json, "capacity_block"),
+    "image": (_str, "image"),
+    "rayVersion": (_str, "ray_version"),
+    "tags": (_json, "tags"),
+    "adminPrincipalArn": (_str, "admin_principal_arn"),
+    "apiPublicCidrs": (_json, "api_public_cidrs"),
+    "apiPrivateOnly": (_bool, "api_private_only"),
+    "rootVolumeGib": (_int, "root_volume_gib"),
+    "existingClusterName": (_str, "existing_cluster_name"),
+    "runJob": (_bool, "run_job"),
+    "strictEfa": (_bool, "strict_efa"),
+    "forceDestroyBucket": (_bool, "force_destroy_bucket"),
+    "training": (_json, "training"),
+}
+
+TRAINING_KEYS = {"model": str, "steps": int, "seqLen": int, "microBatchSize": int, "lr": float,
+                 "data": str, "checkpointEvery": int, "extraPip": list, "deadlineSeconds": int}
+
+
+def parse(raw: Mapping[str, Any], region: str, default_name: str = "ray-train") -> StackConfig:
+    """Typed, validated config from raw values (strings as Pulumi stores them); raises ConfigError."""
+    problems: list[str] = []
+    values: dict[str, Any] = {"name": default_name, "region": region}
+    for key in raw:
+        if key not in FIELDS:
+            problems.append(f"{key}: unknown key; known keys are {', '.join(sorted(FIELDS))}")
+    for key, (parse_value, attr) in FIELDS.items():
+        if raw.get(key) in (None, ""):
+            continue
+        try:
+            values[attr] = parse_value(raw[key])
+        except (ValueError, TypeError) as e:
+            problems.append(f"{key}: cannot read {raw[key]!r} ({e})")
+    for key, attr in (("capacityReservation", "capacity_reservation"),
+                      ("capacityBlock", "capacity_block")):
+        if attr in values:
+            values[attr] = _reservation(key, values[attr], problems)
+    if "training" in values:
+        values["training"] = _training(values["training"], problems)
+    for key, attr in (("apiPublicCidrs", "api_public_cidrs"),):
+        if attr in values:
+            if not isinstance(values[attr], list):
+                problems.append(f"{key}: expected a list of CIDRs, e.g. [\"203.0.113.0/24\"]")
+                values.pop(attr)
+            else:
+                values[attr] = tuple(values[attr])
+    if "tags" in values and not (isinstance(values["tags"], dict)
+                                 and all(isinstance(v, str) for v in values["tags"].values())):
+        problems.append("tags: expected a mapping of strings, e.g. {\"team\": \"ml\"}")
+        values.pop("tags")
+    if problems:  # types are wrong: semantic checks would only repeat them
+        raise ConfigError(problems)
+    cfg = StackConfig(**values)
+    problems = validate(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _reservation(key: str, value: Any, problems: list[str]) -> Reservation | None:
+    if not isinstance(value, dict) or set(value) != {"id", "instanceCount"}:
+        problems.append(f"{key}: expected {{\"id\": \"cr-...\", \"instanceCount\": N}}")
+        return None
+    return Reservation(id=str(value["id"]), instance_count=int(value["instanceCount"]))
+
+
+def _training(value: Any, problems: list[str]) -> TrainingSettings | None:
+    if not isinstance(value, dict):
+        problems.append("training: expected an object, e.g. {\"steps\": 100}")
+        return None
+    kwargs = {}
+    for k, v in value.items():
+        if k not in TRAINING_KEYS:
+            problems.append(f"training.{k}: unknown key; known: {', '.join(TRAINING_KEYS)}")
+            continue
+        want = TRAINING_KEYS[k]
+        ok = isinstance(v, want) or (want is float and isinstance(v, int))
+        if not ok or (want is int and isinstance(v, bool)):
+            problems.append(f"training.{k}: expected {want.__name__}, got {v!r}")
+            continue
+        attr = re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower()
+        kwargs[attr] = tuple(v) if want is list else v
+    return TrainingSettings(**kwargs)
+
+
+def validate(cfg: StackConfig) -> list[str]:
+    """Semantic problems: ranges, names, CIDRs, zones, instance facts, reservations."""
+    p: list[str] = []
+    if not _DNS_LABEL.match(cfg.name):
+        p.append(f"clusterName: {cfg.name!r} must be lowercase letters, digits and '-', starting "
+                 "with a letter (it names Kubernetes objects)")
+    limits = (("EKS cluster", EKS_NAME_MAX, 0), ("RayCluster", RAYCLUSTER_NAME_MAX, 0),
+              ("RayJob", RAYJOB_NAME_MAX, JOB_HASH_LEN + 1))
+    for what, limit, suffix in limits:
+        if len(cfg.name) + suffix > limit:
+            p.append(f"clusterName: {cfg.name!r} ({len(cfg.name)} characters) is too long for the "
+                     f"{what} name (at most {limit}{' including a -hash suffix' if suffix else ''}): "
+                     f"use at most {limit - suffix} characters")
+    if not _K8S_VERSION.match(cfg.kubernetes_version):
+        p.append(f"kubernetesVersion: {cfg.kubernetes_version!r} is not a version like \"1.34\"")
+    p += _check_cidr("vpcCidr", cfg.vpc_cidr, min_prefix=16, max_prefix=20)
+    for cidr in cfg.api_public_cidrs:
+        p += _check_cidr("apiPublicCidrs", cidr)
+    if cfg.api_private_only and cfg.api_public_cidrs != ("0.0.0.0/0",):
+        p.append("apiPublicCidrs: set while apiPrivateOnly is true; remove one of them")
+    if cfg.system_instance_type not in catalog.INSTANCES:
+        p.append(f"systemInstanceType: unknown {cfg.system_instance_type!r}; known: "
+                 f"{', '.join(k for k, v in catalog.INSTANCES.items() if not v.gpus)}")
+    gpu_choices = ", ".join(k for k, v in catalog.INSTANCES.items() if v.efa_interfaces)
+    facts = catalog.INSTANCES.get(cfg.gpu_instance_type)
+    if facts is None:
+        p.append(f"gpuInstanceType: unknown {cfg.gpu_instance_type!r}; use one of {gpu_choices} "
+                 "(or add it to infra/catalog.py INSTANCES)")
+    elif not facts.gpus or not facts.efa_interfaces:
+        p.append(f"gpuInstanceType: {cfg.gpu_instance_type!r} has no "
+                 f"{'GPU' if not facts.gpus else 'EFA support'}; use one of {gpu_choices}")
+    if not 0 <= cfg.gpu_node_count <= MAX_GPU_NODES:
+        p.append(f"gpuNodeCount: {cfg.gpu_node_count} is out of range 0..{MAX_GPU_NODES} "
+                 "(0 pauses GPU spend)")
+    if not 1 <= cfg.system_node_count <= MAX_SYSTEM_NODES:
+        p.append(f"systemNodeCount: {cfg.system_node_count} is out of range 1..{MAX_SYSTEM_NODES} "
+                 "(the KubeRay operator and Ray head need one)")
+    if cfg.root_volume_gib < MIN_ROOT_VOLUME_GIB:
+        p.append(f"rootVolumeGib: {cfg.root_volume_gib} is below {MIN_ROOT_VOLUME_GIB} (the GPU "
+                 "AMI plus the Ray Train image need it)")
+    if cfg.gpu_availability_zone:
+        m = _AZ.match(cfg.gpu_availability_zone)
+        if not m or m["region"] != cfg.region:
+            p.append(f"gpuAvailabilityZone: {cfg.gpu_availability_zone!r} is not a zone of "
+                     f"{cfg.region} (e.g. {cfg.region}a); leave it unset to pick one that offers "
+                     f"{cfg.gpu_instance_type}")
+    if cfg.capacity_reservation and cfg.capacity_block:
+        p.append("capacityReservation and capacityBlock: both set; a node group uses one or the "
+                 "other, remove one")
+    for key, res in (("capacityReservation", cfg.capacity_reservation),
+                     ("capacityBlock", cfg.capacity_block)):
+        if res is None:
+            continue
+        if not _RESERVATION_ID.match(res.id):
+            p.append(f"{key}.id: {res.id!r} is not a capacity reservation id (cr-...)")
+        if cfg.gpu_node_count > res.instance_count:
+            p.append(f"gpuNodeCount: {cfg.gpu_node_count} nodes do not fit {key} {res.id} of "
+                     f"{res.instance_count} instances; lower gpuNodeCount or grow the reservation")
+    if not _IMAGE.match(cfg.image):
+        p.append(f"image: {cfg.image!r} needs a tag (repo:tag) or a digest (repo@sha256:<64 hex>)")
+    if cfg.admin_principal_arn and not _PRINCIPAL.match(cfg.admin_principal_arn):
+        p.append(f"adminPrincipalArn: {cfg.admin_principal_arn!r} is not an IAM role or user ARN "
+                 "(arn:aws:iam::123456789012:role/NAME)")
+    if cfg.existing_cluster_name and not _DNS_LABEL.match(cfg.existing_cluster_name.lower()):
+        p.append(f"existingClusterName: {cfg.existing_cluster_name!r} is not an EKS cluster name")
+    t = cfg.training
+    for key, value, low in (("steps", t.steps, 1), ("seqLen", t.seq_len, 1),
+                            ("microBatchSize", t.micro_batch_size, 1),
+                            ("checkpointEvery", t.checkpoint_every, 0),
+                            ("deadlineSeconds", t.deadline_seconds, 60)):
+        if value < low:
+            p.append(f"training.{key}: {value} must be at least {low}")
+    if not t.lr > 0:
+        p.append(f"training.lr: {t.lr} must be positive")
+    return p
+
+
+def _check_cidr(key: str, value: str, min_prefix: int = 0, max_prefix: int = 32) -> list[str]:
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as e:
+        return [f"{key}: {value!r} is not a valid IPv4 CIDR ({e})"]
+    if net.version != 4 or not min_prefix <= net.prefixlen <= max_prefix:
+        return [f"{key}: {value!r} must be an IPv4 network between /{min_prefix} and /{max_prefix}"]
+    return []
+
+
+def from_pulumi() -> StackConfig:
+    """Read the declared keys of this project's stack config, plus aws:region."""
+    import pulumi
+
+    config = pulumi.Config()
+    region = pulumi.Config("aws").get("region") or ""
+    raw = {key: config.get(key) for key in FIELDS}
+    return parse({k: v for k, v in raw.items() if v is not None}, region,
+                 default_name=f"{pulumi.get_project()}-{pulumi.get_stack()}"[:RAYJOB_NAME_MAX
+                                                                             - JOB_HASH_LEN - 1])

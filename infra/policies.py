@@ -1,0 +1,33 @@
+"""IAM policy documents as plain dicts (exact JSON is what the tests check)."""
+
+from __future__ import annotations
+
+# Managed policies worker nodes need and nothing more: join the cluster, pull images, run the VPC
+# CNI. Pods get AWS access through Pod Identity, never through the node role.
+NODE_POLICY_ARNS = (
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+)
+CLUSTER_ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+
+
+def assume_role(service: str, actions: tuple[str, ...] = ("sts:AssumeRole",)) -> dict:
+    return {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": service}, "Action": list(actions)}]}
+
+
+def pod_identity_trust() -> dict:
+    """EKS Pod Identity assumes the role and tags the session with the pod's identity."""
+    return assume_role("pods.eks.amazonaws.com", ("sts:AssumeRole", "sts:TagSession"))
+
+
+def bucket_access(bucket_arn: str) -> dict:
+    """Read, write and list one bucket: the checkpoint bucket, nothing else."""
+    return {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+         "Resource": bucket_arn},
+        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                                       "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+         "Resource": f"{bucket_arn}/*"},
+    ]}

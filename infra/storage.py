@@ -1,0 +1,41 @@
+"""Checkpoint bucket and the Ray pods' access to it (EKS Pod Identity, that bucket only)."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.config import StackConfig
+from infra.policies import bucket_access, pod_identity_trust
+
+
+class CheckpointStorage(pulumi.ComponentResource):
+    """Encrypted, private S3 bucket; a role only the Ray service account can assume."""
+
+    def __init__(self, name: str, cfg: StackConfig, cluster_name: pulumi.Input[str],
+                 namespace: str, service_account: str,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("eksraytrain:infra:CheckpointStorage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.bucket = aws.s3.Bucket(f"{name}-checkpoints", force_destroy=cfg.force_destroy_bucket,
+                                    tags=dict(cfg.tags), opts=child)
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-checkpoints", bucket=self.bucket.id,
+            rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "aws:kms"},
+                    "bucket_key_enabled": True}], opts=child)
+        aws.s3.BucketPublicAccessBlock(
+            f"{name}-checkpoints", bucket=self.bucket.id, block_public_acls=True,
+            block_public_policy=True, ignore_public_acls=True, restrict_public_buckets=True,
+            opts=child)
+        self.role = aws.iam.Role(f"{name}-ray-pods", assume_role_policy=json.dumps(
+            pod_identity_trust()), tags=dict(cfg.tags), opts=child)
+        aws.iam.RolePolicy(f"{name}-ray-pods-bucket", role=self.role.id,
+                           policy=self.bucket.arn.apply(lambda arn: json.dumps(bucket_access(arn))),
+                           opts=child)
+        self.association = aws.eks.PodIdentityAssociation(
+            f"{name}-ray-pods", cluster_name=cluster_name, namespace=namespace,
+            service_account=service_account, role_arn=self.role.arn, opts=child)
+        self.uri = self.bucket.bucket.apply(lambda b: f"s3://{b}/runs")
+        self.register_outputs({"uri": self.uri})

@@ -1,0 +1,42 @@
+"""Cluster add-ons: KubeRay (with its CRDs from the pinned release), NVIDIA and EFA device plugins."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.catalog import CHARTS, kuberay_crd_urls
+from workloads import helm_values
+
+
+class Addons(pulumi.ComponentResource):
+    """Installed once the system nodes exist. Device-plugin DaemonSets are not awaited: their
+    GPU nodes may be paused at zero. Everything here depends on the node groups, so on destroy
+    it goes first, while nodes still run its finalizers."""
+
+    def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("eksraytrain:workloads:Addons", name, None, opts)
+        base = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
+        kuberay = CHARTS["kuberay-operator"]
+        # Helm installs crds/ once and never upgrades them; applying the pinned release's CRDs
+        # ourselves (server-side: they exceed the 256 KiB last-applied annotation) upgrades them
+        # with the pinned version.
+        self.crds = [k8s.yaml.v2.ConfigFile(f"{name}-crd-{url.rsplit('/', 1)[1]}", file=url,
+                                            opts=base) for url in kuberay_crd_urls(kuberay.version)]
+        self.kuberay = self._release(name, "kuberay-operator", helm_values.kuberay_operator(),
+                                     pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
+                                         depends_on=[*depends_on, *self.crds])), skip_crds=True)
+        self.nvidia = self._release(name, "nvidia-device-plugin", helm_values.nvidia_device_plugin(),
+                                    base, skip_await=True)
+        self.efa = self._release(name, "aws-efa-k8s-device-plugin", helm_values.efa_device_plugin(),
+                                 base, skip_await=True)
+        self.register_outputs({})
+
+    def _release(self, name: str, chart_key: str, values: dict, opts: pulumi.ResourceOptions,
+                 **kwargs) -> k8s.helm.v3.Release:
+        chart = CHARTS[chart_key]
+        return k8s.helm.v3.Release(
+            f"{name}-{chart_key}", chart=chart.name, version=chart.version,
+            repository_opts={"repo": chart.repo}, namespace=chart.namespace,
+            create_namespace=True, values=values, opts=opts, **kwargs)

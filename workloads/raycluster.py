@@ -1,0 +1,110 @@
+"""RayCluster (ray.io/v1): a GPU-less head on the system node, one worker pod per GPU node."""
+
+from __future__ import annotations
+
+from infra.config import StackConfig
+from infra.nodes import GPU_LABELS, GPU_TOLERATION, SYSTEM_LABELS
+from workloads.names import HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT
+
+# Head pod: fits beside the KubeRay operator (100m/512Mi) and the node's DaemonSets on an
+# m7i.xlarge (4 vCPU, 16 GiB, ~3.9 CPU / ~14.5 GiB allocatable).
+HEAD_CPU, HEAD_MEMORY_GIB = 2, 8
+# Worker pod: the whole GPU node minus room for kubelet reservations and the DaemonSets
+# (CNI, kube-proxy, Pod Identity agent, NVIDIA and EFA device plugins).
+NODE_CPU_RESERVE = 4
+NODE_MEMORY_FRACTION = 0.85
+SHM_FRACTION = 0.3  # /dev/shm for NCCL and the data loaders, out of the pod's memory
+
+
+def worker_resources(cfg: StackConfig) -> dict:
+    """Requests == limits (Guaranteed QoS), sized from the instance-facts table."""
+    facts = cfg.gpu
+    limits = {
+        "cpu": str(facts.vcpus - NODE_CPU_RESERVE),
+        "memory": f"{int(facts.memory_gib * NODE_MEMORY_FRACTION)}Gi",
+        "nvidia.com/gpu": str(facts.gpus),
+        "vpc.amazonaws.com/efa": str(facts.efa_interfaces),
+    }
+    return {"requests": dict(limits), "limits": limits}
+
+
+def nccl_env(cfg: StackConfig) -> list[dict]:
+    """What NCCL needs on EFA, and the logging the transport guard reads."""
+    env = {
+        "FI_PROVIDER": "efa",
+        "NCCL_NET_PLUGIN": "ofi",  # the image's aws-ofi-nccl: libnccl-net-ofi.so
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET,ENV",
+    }
+    if cfg.strict_efa:
+        env["NCCL_NET"] = "AWS Libfabric"  # fail instead of falling back to TCP sockets
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def _hf_token_env() -> dict:
+    return {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": HF_TOKEN_SECRET, "key": "token", "optional": True}}}
+
+
+def _container(cfg: StackConfig, name: str, resources: dict, env: list[dict]) -> dict:
+    return {
+        "name": name,
+        "image": cfg.image,
+        "resources": resources,
+        "env": env,
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                         {"name": "ray-logs", "mountPath": "/tmp/ray"}],
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
+    }
+
+
+def _pod(container: dict, node_selector: dict, shm_gib: int, tolerations: list[dict]) -> dict:
+    spec = {
+        "serviceAccountName": SERVICE_ACCOUNT,
+        "nodeSelector": node_selector,
+        "containers": [container],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
+                    {"name": "ray-logs", "emptyDir": {}}],
+    }
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"spec": spec}
+
+
+def build_raycluster(cfg: StackConfig) -> dict:
+    facts = cfg.gpu
+    head_resources = {"cpu": str(HEAD_CPU), "memory": f"{HEAD_MEMORY_GIB}Gi"}
+    head_env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}, _hf_token_env()]
+    head_shm = max(1, int(HEAD_MEMORY_GIB * SHM_FRACTION))
+    worker_shm = max(1, int(facts.memory_gib * NODE_MEMORY_FRACTION * SHM_FRACTION))
+    head = _container(cfg, "ray-head", {"requests": dict(head_resources), "limits": head_resources},
+                      head_env)
+    head["ports"] = [{"containerPort": 6379, "name": "gcs"},
+                     {"containerPort": 8265, "name": "dashboard"},
+                     {"containerPort": 10001, "name": "client"}]
+    worker = _container(cfg, "ray-worker", worker_resources(cfg),
+                        [*nccl_env(cfg), _hf_token_env()])
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": cfg.name, "namespace": NAMESPACE},
+        "spec": {
+            "rayVersion": cfg.ray_version,
+            "headGroupSpec": {
+                "serviceType": "ClusterIP",  # never public: reach the dashboard by port-forward
+                # No train worker may land on the head: it advertises no CPUs and no GPUs.
+                "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
+                "template": _pod(head, dict(SYSTEM_LABELS), head_shm, []),
+            },
+            "workerGroupSpecs": [{
+                "groupName": "gpu",
+                "replicas": cfg.gpu_node_count,  # 0 while paused
+                "minReplicas": 0,
+                "maxReplicas": cfg.gpu_node_count,
+                "rayStartParams": {"num-gpus": str(facts.gpus)},
+                "template": _pod(worker, {"role": GPU_LABELS["role"]}, worker_shm,
+                                 [GPU_TOLERATION]),
+            }],
+        },
+    }
