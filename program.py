@@ -37,8 +37,7 @@ def run() -> None:
         cluster_name, kubeconfig = cluster.cluster_name, cluster.kubeconfig
         node_groups = [cluster.system_nodes, cluster.gpu_nodes]
         gpu_zone = network.gpu_zone
-        node_group_names = {"system": cluster.system_nodes.node_group.node_group_name,
-                            "gpu": cluster.gpu_nodes.node_group.node_group_name}
+        node_group_names = {"system": f"{cfg.name}-system", "gpu": f"{cfg.name}-gpu"}
 
     provider = k8s.Provider("k8s", kubeconfig=kubeconfig, enable_server_side_apply=True)
     storage = CheckpointStorage("ckpt", cfg, cluster_name, NAMESPACE, SERVICE_ACCOUNT)

@@ -15,7 +15,8 @@ from infra.policies import CLUSTER_ADMIN_POLICY_ARN, NODE_POLICY_ARNS, assume_ro
 
 
 class Cluster(pulumi.ComponentResource):
-    """pulumi-eks cluster in API authentication mode, no default node group; node groups below."""
+    """pulumi-eks cluster in API authentication mode, no default node group; node groups below.
+    (EKS creates the node roles' access entries for managed node groups itself.)"""
 
     def __init__(self, name: str, cfg: StackConfig, network: Network,
                  opts: pulumi.ResourceOptions | None = None):
@@ -24,7 +25,12 @@ class Cluster(pulumi.ComponentResource):
         self.system_role = self._create_node_role("system")
         self.gpu_role = self._create_node_role("gpu")
         self.eks = self._create_cluster(network)
-        self.cluster_name = self.eks.eks_cluster.name
+        # The created cluster as AWS reports it: its name (an output, so dependents wait for the
+        # cluster) and the EKS-managed cluster security group, which allows all traffic to and
+        # from itself (pulumi-eks's own cluster_security_group_id is another group).
+        self.info = aws.eks.get_cluster_output(
+            name=cfg.name, opts=pulumi.InvokeOutputOptions(depends_on=[self.eks]))
+        self.cluster_name = self.info.name
         # Pod Identity gives the Ray pods S3 access without node-wide credentials.
         aws.eks.Addon(f"{name}-pod-identity", cluster_name=self.cluster_name,
                       addon_name="eks-pod-identity-agent", opts=self._child())
@@ -44,7 +50,7 @@ class Cluster(pulumi.ComponentResource):
                             assume_role_policy=json.dumps(assume_role("ec2.amazonaws.com")),
                             tags=dict(self.cfg.tags), opts=self._child())
         for arn in NODE_POLICY_ARNS:
-            aws.iam.RolePolicyAttachment(f"{self.name}-{kind}-{arn.rsplit('/', 1)[1]}",
+            aws.iam.RolePolicyAttachment(f"{self.name}-{kind}-node-{arn.rsplit('/', 1)[1]}",
                                          role=role.name, policy_arn=arn, opts=self._child())
         return role
 
@@ -58,12 +64,11 @@ class Cluster(pulumi.ComponentResource):
                     policy_arn=CLUSTER_ADMIN_POLICY_ARN,
                     access_scope={"type": "cluster"})})
         return eks.Cluster(
-            self.name, name=cfg.name, version=cfg.kubernetes_version, vpc_id=network.vpc.id,
+            f"{self.name}-cluster", name=cfg.name, version=cfg.kubernetes_version, vpc_id=network.vpc.id,
             public_subnet_ids=[s.id for s in network.public_subnets],
             private_subnet_ids=[s.id for s in network.private_subnets],
             node_associate_public_ip_address=False, skip_default_node_group=True,
             authentication_mode=eks.AuthenticationMode.API, access_entries=access,
-            instance_roles=[self.system_role, self.gpu_role],
             endpoint_private_access=True, endpoint_public_access=not cfg.api_private_only,
             public_access_cidrs=None if cfg.api_private_only else list(cfg.api_public_cidrs),
             coredns_addon_options={"enabled": False}, tags=dict(cfg.tags), opts=self._child())
@@ -72,7 +77,8 @@ class Cluster(pulumi.ComponentResource):
         cfg = self.cfg
         n = cfg.system_node_count
         return eks.ManagedNodeGroup(
-            f"{self.name}-system", cluster=self.eks, node_role=self.system_role,
+            f"{self.name}-system", cluster=self.eks, node_role_arn=self.system_role.arn,
+            node_group_name=f"{cfg.name}-system",
             instance_types=[cfg.system_instance_type], ami_type="AL2023_x86_64_STANDARD",
             scaling_config={"desired_size": n, "min_size": n, "max_size": n},
             subnet_ids=[s.id for s in network.private_subnets], labels=SYSTEM_LABELS,
@@ -85,14 +91,15 @@ class Cluster(pulumi.ComponentResource):
         the EKS-managed cluster security group, which allows all traffic to and from itself."""
         cfg = self.cfg
         n = cfg.gpu_node_count
-        placement = aws.ec2.PlacementGroup(f"{self.name}-gpu", strategy="cluster",
+        placement = aws.ec2.PlacementGroup(f"{self.name}-gpu-pg", strategy="cluster",
                                            tags=dict(cfg.tags), opts=self._child())
         template = aws.ec2.LaunchTemplate(
-            f"{self.name}-gpu", **gpu_launch_template_args(
-                cfg, placement.name, self.eks.eks_cluster.vpc_config.cluster_security_group_id),
+            f"{self.name}-gpu-lt", **gpu_launch_template_args(
+                cfg, placement.name, self.info.vpc_config.cluster_security_group_id),
             opts=self._child())
         return eks.ManagedNodeGroup(
-            f"{self.name}-gpu", cluster=self.eks, node_role=self.gpu_role,
+            f"{self.name}-gpu", cluster=self.eks, node_role_arn=self.gpu_role.arn,
+            node_group_name=f"{cfg.name}-gpu",
             instance_types=[cfg.gpu_instance_type], ami_type="AL2023_x86_64_NVIDIA",
             capacity_type="CAPACITY_BLOCK" if cfg.capacity_block else "ON_DEMAND",
             # Paused at 0 nodes: max stays >= 1 (EKS requires it); min = desired = 0 costs nothing.

@@ -225,6 +225,8 @@ def _training(value: Any, problems: list[str]) -> TrainingSettings | None:
 def validate(cfg: StackConfig) -> list[str]:
     """Semantic problems: ranges, names, CIDRs, zones, instance facts, reservations."""
     p: list[str] = []
+    if not cfg.region:
+        p.append("aws:region: not set; run `pulumi config set aws:region us-west-2`")
     if not _DNS_LABEL.match(cfg.name):
         p.append(f"clusterName: {cfg.name!r} must be lowercase letters, digits and '-', starting "
                  "with a letter (it names Kubernetes objects)")

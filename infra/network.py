@@ -47,17 +47,17 @@ class Network(pulumi.ComponentResource):
     def _create_routes(self, name: str, tags: dict) -> None:
         child = pulumi.ResourceOptions(parent=self)
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child)
-        public_rt = aws.ec2.RouteTable(f"{name}-public", vpc_id=self.vpc.id, tags=tags, routes=[
+        public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=self.vpc.id, tags=tags, routes=[
             {"cidr_block": "0.0.0.0/0", "gateway_id": igw.id}], opts=child)
         # One NAT gateway for all private subnets: a cost choice (a zone outage cuts egress).
-        eip = aws.ec2.Eip(f"{name}-nat", domain="vpc", tags=tags, opts=child)
+        eip = aws.ec2.Eip(f"{name}-nat-ip", domain="vpc", tags=tags, opts=child)
         nat = aws.ec2.NatGateway(f"{name}-nat", allocation_id=eip.id,
                                  subnet_id=self.public_subnets[0].id, tags=tags,
                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]))
-        private_rt = aws.ec2.RouteTable(f"{name}-private", vpc_id=self.vpc.id, tags=tags, routes=[
+        private_rt = aws.ec2.RouteTable(f"{name}-private-rt", vpc_id=self.vpc.id, tags=tags, routes=[
             {"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}], opts=child)
         for kind, subnets, table in (("public", self.public_subnets, public_rt),
                                      ("private", self.private_subnets, private_rt)):
             for i, subnet in enumerate(subnets):
-                aws.ec2.RouteTableAssociation(f"{name}-{kind}-{i}", subnet_id=subnet.id,
+                aws.ec2.RouteTableAssociation(f"{name}-{kind}-rt-{i}", subnet_id=subnet.id,
                                               route_table_id=table.id, opts=child)

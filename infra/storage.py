@@ -22,11 +22,11 @@ class CheckpointStorage(pulumi.ComponentResource):
         self.bucket = aws.s3.Bucket(f"{name}-checkpoints", force_destroy=cfg.force_destroy_bucket,
                                     tags=dict(cfg.tags), opts=child)
         aws.s3.BucketServerSideEncryptionConfiguration(
-            f"{name}-checkpoints", bucket=self.bucket.id,
+            f"{name}-checkpoints-sse", bucket=self.bucket.id,
             rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "aws:kms"},
                     "bucket_key_enabled": True}], opts=child)
         aws.s3.BucketPublicAccessBlock(
-            f"{name}-checkpoints", bucket=self.bucket.id, block_public_acls=True,
+            f"{name}-checkpoints-private", bucket=self.bucket.id, block_public_acls=True,
             block_public_policy=True, ignore_public_acls=True, restrict_public_buckets=True,
             opts=child)
         self.role = aws.iam.Role(f"{name}-ray-pods", assume_role_policy=json.dumps(
@@ -35,7 +35,7 @@ class CheckpointStorage(pulumi.ComponentResource):
                            policy=self.bucket.arn.apply(lambda arn: json.dumps(bucket_access(arn))),
                            opts=child)
         self.association = aws.eks.PodIdentityAssociation(
-            f"{name}-ray-pods", cluster_name=cluster_name, namespace=namespace,
+            f"{name}-ray-pods-identity", cluster_name=cluster_name, namespace=namespace,
             service_account=service_account, role_arn=self.role.arn, opts=child)
         self.uri = self.bucket.bucket.apply(lambda b: f"s3://{b}/runs")
         self.register_outputs({"uri": self.uri})

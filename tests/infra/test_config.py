@@ -1,0 +1,94 @@
+"""Stack config: every committed stack file is valid; each bad input is rejected by key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infra.config import ConfigError, parse
+from tests.infra.stacks import STACK_FILES, raw_config, stack_name
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=stack_name)
+def test_committed_stack_file_is_a_valid_config(path):
+    raw, region = raw_config(path)
+    cfg = parse(raw, region)
+    assert cfg.region == region and cfg.gpu.gpus == 4 and cfg.gpu.efa_interfaces == 1
+
+
+def test_at_least_two_regions_are_committed():
+    regions = {raw_config(p)[1] for p in STACK_FILES}
+    assert {"us-west-2", "us-east-1"} <= regions
+
+
+def test_defaults_match_the_reference_deployment():
+    cfg = parse({}, "us-west-2")
+    assert (cfg.system_instance_type, cfg.system_node_count) == ("m7i.xlarge", 1)
+    assert (cfg.gpu_instance_type, cfg.gpu_node_count) == ("g6.12xlarge", 2)
+    assert cfg.num_workers == 8 and cfg.api_public_cidrs == ("0.0.0.0/0",)
+
+
+def problems(raw: dict, region: str = "us-west-2") -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        parse(raw, region)
+    return e.value.problems
+
+
+@pytest.mark.parametrize("raw, key, fix", [
+    ({"gpuInstanceType": "g9.huge"}, "gpuInstanceType", "use one of"),
+    ({"gpuInstanceType": "g5.2xlarge"}, "gpuInstanceType", "no EFA support"),
+    ({"gpuInstanceType": "m7i.xlarge"}, "gpuInstanceType", "no GPU"),
+    ({"gpuNodeCount": "-1"}, "gpuNodeCount", "out of range 0..64"),
+    ({"gpuNodeCount": "65"}, "gpuNodeCount", "out of range 0..64"),
+    ({"systemNodeCount": "0"}, "systemNodeCount", "out of range 1..10"),
+    ({"gpuNodeCount": "two"}, "gpuNodeCount", "cannot read"),
+    ({"vpcCidr": "10.0.0.0/33"}, "vpcCidr", "not a valid IPv4 CIDR"),
+    ({"vpcCidr": "10.0.0.1/16"}, "vpcCidr", "not a valid IPv4 CIDR"),
+    ({"apiPublicCidrs": json.dumps(["203.0.113.0/24", "nope"])}, "apiPublicCidrs", "not a valid"),
+    ({"gpuAvailabilityZone": "us-east-1a"}, "gpuAvailabilityZone", "not a zone of us-west-2"),
+    ({"clusterName": "a" * 101}, "clusterName", "EKS cluster name"),
+    ({"clusterName": "a" * 54}, "clusterName", "RayCluster name"),
+    ({"clusterName": "a" * 37}, "clusterName", "RayJob name"),
+    ({"clusterName": "Ray_Train"}, "clusterName", "lowercase"),
+    ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 2}),
+      "capacityBlock": json.dumps({"id": "cr-0fedcba9876543210", "instanceCount": 2})},
+     "capacityReservation and capacityBlock", "remove one"),
+    ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 1})},
+     "gpuNodeCount", "do not fit capacityReservation"),
+    ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0"})}, "capacityBlock", "instanceCount"),
+    ({"image": "public.ecr.aws/x/ray"}, "image", "needs a tag"),
+    ({"adminPrincipalArn": "arn:aws:iam::12:role/x"}, "adminPrincipalArn", "not an IAM role"),
+    ({"rootVolumeGib": "100"}, "rootVolumeGib", "below 200"),
+    ({"training": json.dumps({"steps": 0, "lr": -1})}, "training.steps", "at least 1"),
+    ({"training": json.dumps({"stpes": 10})}, "training.stpes", "unknown key"),
+    ({"gpuNodes": "2"}, "gpuNodes", "unknown key"),
+])
+def test_bad_input_is_rejected_naming_its_key_and_fix(raw, key, fix):
+    found = problems(raw)
+    assert any(p.startswith(key) and fix in p for p in found), found
+
+
+def test_every_problem_is_reported_at_once():
+    found = problems({"gpuNodeCount": "99", "vpcCidr": "300.0.0.0/16",
+                      "gpuAvailabilityZone": "eu-west-1a", "clusterName": "x" * 60})
+    for key in ("gpuNodeCount", "vpcCidr", "gpuAvailabilityZone", "clusterName"):
+        assert any(p.startswith(key) for p in found), (key, found)
+
+
+def test_paused_stack_is_valid_and_costs_no_gpu():
+    from infra.cost import hourly_cost
+
+    cfg = parse({"gpuNodeCount": "0"}, "us-west-2")
+    assert cfg.paused and cfg.num_workers == 0
+    cost = hourly_cost(cfg)
+    assert cost["breakdown"]["gpuNodes"] == 0
+    running = hourly_cost(parse({}, "us-west-2"))
+    # The reference quotes ~9.50 USD/h for 2x g6.12xlarge + system node + EKS + NAT.
+    assert 9.0 < running["hourlyCostUsd"] < 10.0
+    assert running["hourlyCostUsd"] == pytest.approx(sum(running["breakdown"].values()))
+
+
+def test_gpu_family_is_a_config_change():
+    cfg = parse({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": "2"}, "us-east-1")
+    assert cfg.gpu.gpus == 8 and cfg.gpu.efa_interfaces == 32 and cfg.num_workers == 16
