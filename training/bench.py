@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cap per-GPU memory (22 rehearses 24 GB L4s)")
     ap.add_argument("--label", default="", help="free text for the results row (e.g. the lever)")
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--work-dir", type=Path, default=Path("/tmp/bench-runs"),
+                    help="Ray Train's scratch storage for the run")
     ap.add_argument("--results-md", type=Path, default=Path("bench/RESULTS.md"))
     ap.add_argument("--from-json", type=Path, nargs="+", default=None, help="append the rows of "
                     "saved --json-out results to --results-md instead of measuring (for results "
@@ -234,7 +236,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
 
     from training.cli import worker_env
 
-    ray.init(logging_level="ERROR", runtime_env={"env_vars": worker_env()})
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(logging_level="ERROR", runtime_env={"env_vars": worker_env()})
     try:
         gpus = int(ray.cluster_resources().get("GPU", 0))
         workers = args.num_workers or gpus or 2
@@ -244,17 +248,19 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
                 "memory_budget_gib": args.memory_budget_gib}
         trainer = TorchTrainer(bench_func, train_loop_config=opts,
                                scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus > 0),
-                               run_config=RunConfig(name="bench", storage_path="/tmp/bench-runs",
+                               run_config=RunConfig(name="bench", storage_path=str(args.work_dir),
                                                     logging_config=LoggingConfig("WARNING")))
         with trainer.fit().checkpoint.as_directory() as d:
             result = json.loads(Path(d, "bench.json").read_text())
     finally:
-        ray.shutdown()
+        if started_here:
+            ray.shutdown()
     ref = next((r for r in result["rows"] if r["variant"] == REFERENCE and "error" not in r), None)
     for row in result["rows"]:
         if ref and "tokens_per_s_per_gpu" in row:
             row["vs_reference"] = row["tokens_per_s_per_gpu"] / ref["tokens_per_s_per_gpu"]
-    result["settings"] = {k: v for k, v in vars(args).items() if k not in ("json_out", "results_md")}
+    result["settings"] = {k: v for k, v in vars(args).items()
+                          if k not in ("json_out", "results_md", "work_dir", "from_json")}
     result["settings"]["json_out"] = str(args.json_out) if args.json_out else None
     result["env"]["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     result["env"]["command"] = "python -m training.bench " + shlex.join(argv)

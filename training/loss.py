@@ -16,13 +16,14 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                 chunk: int) -> torch.Tensor:
         n = hidden.shape[0]
+        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32, or fp64 when given fp64
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        loss = torch.zeros((), dtype=acc, device=hidden.device)
         for start in range(0, n, chunk):
             h = hidden[start:start + chunk]
             y = labels[start:start + chunk]
-            logits = (h @ weight.t()).float()
+            logits = (h @ weight.t()).to(acc)
             lse = torch.logsumexp(logits, dim=-1)
             loss += (lse - logits.gather(1, y[:, None]).squeeze(1)).sum()
             # d(mean loss)/d(logits) = (softmax - one_hot) / n, computed in place.
@@ -30,7 +31,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             grad_logits[torch.arange(len(y), device=y.device), y] -= 1.0
             grad_logits = grad_logits.div_(n).to(hidden.dtype)
             grad_hidden[start:start + chunk] = grad_logits @ weight
-            grad_weight += (grad_logits.t() @ h).float()
+            grad_weight += (grad_logits.t() @ h).to(acc)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return loss / n

@@ -14,7 +14,7 @@ _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool}
 
 
 def load_schema(crd_path: Path, version: str = "v1") -> dict:
-    crd = yaml.safe_load(crd_path.read_text())
+    crd = yaml.load(crd_path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
 
 

@@ -1,0 +1,16 @@
+# Two entry points, each setting itself up on a fresh clone (virtualenv + pinned install).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+.PHONY: demo test
+demo: $(VENV)/.installed  ## train the tiny model on a local Ray with 2 CPU workers
+	$(PY) -m training --local
+
+test: $(VENV)/.installed  ## the whole suite: config, Pulumi mocks, CRD validation, real Ray runs
+	$(PY) -m pytest

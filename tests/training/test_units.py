@@ -1,0 +1,90 @@
+"""Pure pieces of the training package: loss, schedule, FLOPs, memory rule, data, CLI parsing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from training import cli
+from training.config import ConfigError, TrainConfig
+from training.data import random_batch
+from training.engine import lr_at, needs_activation_checkpointing
+from training.loss import fused_linear_cross_entropy
+from training.metrics import flops_per_token, merge_csv, mfu, peak_flops
+from training.model import build_model, count_params, model_config
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1000])
+def test_fused_loss_matches_full_logits_loss_and_gradients(chunk):
+    torch.manual_seed(0)
+    n, h, v = 50, 16, 97
+    hidden = torch.randn(n, h, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(v, h, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, v, (n,))
+    ref = torch.nn.functional.cross_entropy(hidden @ weight.t(), labels)
+    ref.backward(torch.tensor(2.0, dtype=torch.float64))
+    ref_grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    ours = fused_linear_cross_entropy(hidden, weight, labels, chunk)
+    ours.backward(torch.tensor(2.0, dtype=torch.float64))
+    assert torch.allclose(ours, ref)
+    assert torch.allclose(hidden.grad, ref_grads[0]) and torch.allclose(weight.grad, ref_grads[1])
+
+
+def test_qwen_shape_param_count_and_flops_per_token():
+    config = model_config("qwen2.5-1.5b")
+    with torch.device("meta"):
+        n = count_params(build_model("qwen2.5-1.5b", config, seed=0, device=torch.device("meta")))
+    assert n == 1_543_714_304  # Qwen2.5-1.5B, tied LM head counted once
+    fpt = flops_per_token(n, 28, 1536, 2048)
+    assert fpt == 6 * n + 12 * 28 * 1536 * 2048
+    assert mfu(10_000, fpt, peak_flops("NVIDIA H200")) == pytest.approx(10_000 * fpt / 989e12)
+    assert mfu(10_000, fpt, peak_flops(None)) is None  # CPU: no MFU rather than a made-up one
+
+
+def test_schedule_warms_up_then_decays_to_a_tenth():
+    cfg = TrainConfig(steps=100, warmup_steps=10, lr=1e-3)
+    assert lr_at(1, cfg) == pytest.approx(1e-4) and lr_at(10, cfg) == pytest.approx(1e-3)
+    assert lr_at(100, cfg) == pytest.approx(1e-4)
+    assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))
+
+
+def test_activation_checkpointing_turns_on_only_when_memory_needs_it():
+    config = model_config("qwen2.5-1.5b")
+    cfg = TrainConfig(model="qwen2.5-1.5b", seq_len=2048, micro_batch_size=4)
+    n = 1_543_714_304
+    assert needs_activation_checkpointing(cfg, config, n, 2, 22 * 2**30)  # L4-sized budget
+    assert not needs_activation_checkpointing(cfg, config, n, 2, 141 * 2**30)  # H200
+    assert not needs_activation_checkpointing(cfg, config, n, 2, None)  # CPU
+
+
+def test_random_batches_are_deterministic_per_rank_and_step():
+    kw = dict(seed=0, micro=0, batch=2, seq_len=8, vocab=50, repeat=False)
+    a = random_batch(rank=0, step=3, **kw)
+    assert torch.equal(a[0], random_batch(rank=0, step=3, **kw)[0])
+    assert not torch.equal(a[0], random_batch(rank=1, step=3, **kw)[0])
+    assert not torch.equal(a[0], random_batch(rank=0, step=4, **kw)[0])
+    assert torch.equal(a[0][:, 1:], a[1][:, :-1])  # labels are the next tokens
+    rep = dict(kw, repeat=True)
+    assert torch.equal(random_batch(rank=0, step=1, **rep)[0], random_batch(rank=0, step=9, **rep)[0])
+
+
+def test_metrics_csv_merges_resumed_steps():
+    first = merge_csv("", [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}])
+    merged = merge_csv(first, [{"step": 2, "loss": 1.4}, {"step": 3, "loss": 1.2}])
+    assert [line.split(",")[:2] for line in merged.strip().splitlines()[1:]] == [
+        ["1", "2.0"], ["2", "1.4"], ["3", "1.2"]]
+
+
+def test_cli_reports_every_bad_flag_at_once():
+    with pytest.raises(ConfigError) as e:
+        cli.parse(["--steps", "0", "--micro-batch-size", "-2", "--lr", "0", "--name", "a/b"])
+    text = str(e.value)
+    for flag in ("--steps", "--micro-batch-size", "--lr", "--name"):
+        assert flag in text
+
+
+def test_local_flag_is_the_laptop_default_and_other_flags_still_apply():
+    cfg = cli.parse(["--local", "--steps", "7"])
+    assert (cfg.model, cfg.num_workers, cfg.use_gpu, cfg.address, cfg.steps) == (
+        "tiny", 2, False, None, 7)

@@ -1,0 +1,190 @@
+"""RayCluster/RayJob builders: strict CRD validation for every stack, and their semantics."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import shlex
+
+import pytest
+import yaml
+
+from infra.config import RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX, parse
+from tests.conftest import KUBERAY_CRDS, REPO, need
+from tests.infra.stacks import STACK_FILES, raw_config, stack_name
+from tests.workloads.crd_schema import load_schema, validate
+from workloads.code_bundle import CodeBundleError, bundle
+from workloads.raycluster import build_raycluster
+from workloads.rayjob import build_rayjob, job_hash
+
+S3 = "s3://ckpt-bucket/runs"
+
+
+@pytest.fixture(scope="module")
+def schemas():
+    return {kind: load_schema(need(KUBERAY_CRDS / f"ray.io_{kind.lower()}s.yaml"))
+            for kind in ("RayCluster", "RayJob")}
+
+
+@pytest.fixture(scope="module")
+def code():
+    return bundle(REPO)
+
+
+def stack(path=STACK_FILES[0], **overrides):
+    raw, region = raw_config(path)
+    raw.update(overrides)
+    return parse(raw, region)
+
+
+@pytest.mark.parametrize("path", STACK_FILES, ids=stack_name)
+@pytest.mark.parametrize("overrides", [{}, {"gpuNodeCount": "0"}, {"strictEfa": "true"}],
+                         ids=["as-committed", "paused", "strict"])
+def test_every_manifest_of_every_stack_validates_strictly(schemas, code, path, overrides):
+    cfg = stack(path, **overrides)
+    assert validate(build_raycluster(cfg), schemas["RayCluster"]) == []
+    assert validate(build_rayjob(cfg, code, S3), schemas["RayJob"]) == []
+
+
+def test_validator_rejects_a_typo_and_a_wrong_type(schemas):
+    rc = build_raycluster(stack())
+    typo = copy.deepcopy(rc)
+    typo["spec"]["workerGroupSpecs"][0]["replica"] = 2
+    assert any("replica: unknown field" in e for e in validate(typo, schemas["RayCluster"]))
+    wrong = copy.deepcopy(rc)
+    wrong["spec"]["workerGroupSpecs"][0]["replicas"] = "2"
+    assert any("replicas: expected integer" in e for e in validate(wrong, schemas["RayCluster"]))
+    deep = copy.deepcopy(rc)
+    deep["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
+    assert validate(deep, schemas["RayCluster"])
+    meta = copy.deepcopy(rc)
+    meta["metadata"]["nmae"] = "x"
+    assert validate(meta, schemas["RayCluster"])
+
+
+def containers(rc: dict, group: str) -> dict:
+    spec = rc["spec"]["headGroupSpec"] if group == "head" else rc["spec"]["workerGroupSpecs"][0]
+    return spec["template"]["spec"]["containers"][0]
+
+
+def env(container: dict) -> dict:
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_head_has_no_gpus_and_void_devices_on_the_system_node():
+    rc = build_raycluster(stack())
+    head = rc["spec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0" and head["rayStartParams"]["num-gpus"] == "0"
+    assert all(isinstance(v, str) for v in head["rayStartParams"].values())
+    c = containers(rc, "head")
+    assert env(c)["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert "nvidia.com/gpu" not in c["resources"]["limits"]
+    assert c["resources"]["requests"] == c["resources"]["limits"]
+    assert head["template"]["spec"]["nodeSelector"] == {"role": "system"}
+    assert head["serviceType"] == "ClusterIP"  # dashboard by port-forward only
+
+
+@pytest.mark.parametrize("gpu_type, gpus, efa", [("g6.12xlarge", 4, 1), ("g6e.12xlarge", 4, 1),
+                                                 ("p5.48xlarge", 8, 32)])
+def test_gpu_family_switch_is_config_only(schemas, code, gpu_type, gpus, efa):
+    cfg = stack(gpuInstanceType=gpu_type)
+    rc = build_raycluster(cfg)
+    worker = rc["spec"]["workerGroupSpecs"][0]
+    c = containers(rc, "worker")
+    limits = c["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == str(gpus) == worker["rayStartParams"]["num-gpus"]
+    assert limits["vpc.amazonaws.com/efa"] == str(efa)
+    assert int(limits["cpu"]) < cfg.gpu.vcpus and int(limits["memory"][:-2]) < cfg.gpu.memory_gib
+    assert c["resources"]["requests"] == limits
+    assert worker["replicas"] == cfg.gpu_node_count
+    assert f"--num-workers {cfg.gpu_node_count * gpus}" in build_rayjob(cfg, code, S3)["spec"][
+        "entrypoint"]
+    assert validate(rc, schemas["RayCluster"]) == []
+
+
+def test_worker_env_volumes_and_lifecycle():
+    rc = build_raycluster(stack())
+    worker = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    c = worker["containers"][0]
+    e = env(c)
+    assert e["FI_PROVIDER"] == "efa" and e["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert e["NCCL_DEBUG"] == "INFO" and "NCCL_NET_PLUGIN" in e and "NCCL_NET" not in e
+    assert "FI_EFA_USE_DEVICE_RDMA" not in e  # not on g6: L4 has no GPUDirect RDMA
+    assert env(containers(build_raycluster(stack(strictEfa="true")), "worker"))[
+        "NCCL_NET"] == "AWS Libfabric"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in worker[
+        "tolerations"]
+    assert worker["nodeSelector"] == {"role": "gpu-worker"}
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert {"/dev/shm", "/tmp/ray"} <= mounts
+    assert c["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
+    assert rc["spec"]["rayVersion"] == "2.58.0"
+    head_image = containers(rc, "head")["image"]
+    assert head_image == c["image"] == stack().image
+
+
+def test_names_within_limits_for_the_longest_allowed_cluster_name(code):
+    cfg = stack(clusterName="a" * (RAYJOB_NAME_MAX - 11))
+    assert len(build_raycluster(cfg)["metadata"]["name"]) <= RAYCLUSTER_NAME_MAX
+    assert len(build_rayjob(cfg, code, S3)["metadata"]["name"]) == RAYJOB_NAME_MAX
+
+
+def test_job_targets_the_cluster_with_deadlines_and_code_as_working_dir(code):
+    cfg = stack()
+    job = build_rayjob(cfg, code, S3)["spec"]
+    assert job["clusterSelector"] == {"ray.io/cluster": cfg.name}
+    assert job["activeDeadlineSeconds"] > 0 and job["preRunningDeadlineSeconds"] > 0
+    runtime_env = yaml.safe_load(job["runtimeEnvYAML"])
+    mount = job["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
+    assert runtime_env == {"working_dir": mount}
+    from training.cli import build_parser
+
+    args = shlex.split(job["entrypoint"])
+    assert args[:3] == ["python", "-m", "training"]
+    flags = build_parser().parse_args(args[3:])
+    assert flags.model == "Qwen/Qwen2.5-1.5B" and flags.storage_path == S3
+    assert flags.expect_transport == "efa" and flags.address == "auto" and flags.use_gpu
+    assert flags.num_workers == 8
+
+
+def test_extra_pip_packages_go_through_runtime_env(code):
+    cfg = stack(training=json.dumps({"extraPip": ["datasets==4.4.1"]}))
+    env = yaml.safe_load(build_rayjob(cfg, code, S3)["spec"]["runtimeEnvYAML"])
+    assert env["pip"] == ["datasets==4.4.1"]
+
+
+def test_entrypoint_flags_are_flags_the_training_cli_accepts(code):
+    from training.cli import build_parser
+
+    args = shlex.split(build_rayjob(stack(), code, S3)["spec"]["entrypoint"])[3:]
+    build_parser().parse_args(args)  # exits non-zero on an unknown flag
+
+
+def test_job_hash_changes_with_code_and_settings_and_nothing_else(code, tmp_path):
+    cfg = stack()
+    base = job_hash(code, cfg, S3)
+    assert job_hash(bundle(REPO), stack(), S3) == base  # same inputs, same name: no-op update
+    assert job_hash(code, stack(gpuNodeCount="0"), S3) != base  # different world size
+    assert job_hash(code, stack(training=json.dumps({"steps": 101})), S3) != base
+    assert job_hash(code, stack(tags='{"team": "other"}'), S3) == base  # not a job setting
+    changed = dataclasses.replace(code, digest=code.digest[::-1])
+    assert job_hash(changed, cfg, S3) != base
+
+
+def test_configmap_holds_exactly_the_files_of_training(code):
+    files = {p.relative_to(REPO).as_posix(): p.read_text()
+             for p in (REPO / "training").rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    shipped = {item["path"]: code.data[item["key"]] for item in code.items}
+    assert shipped == files
+    assert all(len(k) <= 253 and all(c.isalnum() or c in "-._" for c in k) for k in code.data)
+
+
+def test_code_over_the_configmap_limit_is_refused_clearly(tmp_path):
+    pkg = tmp_path / "training"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "big.jsonl").write_text("x" * 2_000_000)
+    with pytest.raises(CodeBundleError, match="over the 1,048,576-byte ConfigMap limit"):
+        bundle(tmp_path)
