@@ -142,21 +142,17 @@ def _ours_step(cfg: TrainConfig, model_cfg, device):
 def bench_func(opts: dict) -> None:
     """Per worker: matmul rate, then each variant in turn; rank 0 reports all rows."""
     import ray.train
-    import ray.train.torch
     import torch
     import torch.distributed as dist
 
     from training import transport
     from training.data import random_batch
     from training.engine import memory_limit_bytes
+    from training.loop import worker_context
     from training.metrics import flops_per_token, peak_flops
     from training.model import count_params, model_config
 
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    rank, world, _, device = worker_context()
     log_path = transport.capture_nccl_log(rank)
     link = transport.check_transport(log_path, device, "any", "warn")
     base = TrainConfig(model=opts["model"], seq_len=opts["seq_len"],

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from training import quiet
 from training.config import LOCAL_DEFAULTS, ConfigError, TrainConfig
-from training.data import DataError, RANDOM_MODES, build_text_dataset
+from training.data import RANDOM_MODES, DataError, build_text_dataset
 from training.model import ModelError, is_builtin, max_positions, model_config
 from training.storage import Storage, StorageError, check_writable, resolve
 
@@ -172,8 +172,8 @@ def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: dict) -> None:
 
 def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool, datasets):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.v2.api.config import LoggingConfig
     from ray.train.torch import TorchTrainer
+    from ray.train.v2.api.config import LoggingConfig
 
     from training.loop import train_func
 

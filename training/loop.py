@@ -25,13 +25,18 @@ from training.model import is_builtin, model_config
 from training.run_files import RunFiles
 
 
-def train_func(loop_config: dict) -> None:
-    cfg = TrainConfig(**loop_config["train"])
+def worker_context() -> tuple[int, int, int, torch.device]:
+    """(world rank, world size, local rank, device) of this Ray Train worker, device made current."""
     ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    return ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank(), device
+
+
+def train_func(loop_config: dict) -> None:
+    cfg = TrainConfig(**loop_config["train"])
+    rank, world, local_rank, device = worker_context()
 
     log_path = transport.capture_nccl_log(rank)
     preflight = _preflight(cfg)
@@ -39,7 +44,7 @@ def train_func(loop_config: dict) -> None:
     if rank == 0 and link.message:
         print(f"WARNING: {link.message}", flush=True)
 
-    _fetch_weights_once_per_node(cfg.model, ctx.get_local_rank())
+    _fetch_weights_once_per_node(cfg.model, local_rank)
     engine = build_engine(cfg, model_config(cfg.model, loop_config.get("vocab_size")), device)
     position = checkpoint.Position(step=0, data_position=0)
     resumed_from = None

@@ -60,4 +60,5 @@ class RunFiles:
         """A local directory whose contents are copied to `run_dir/name` on success."""
         with tempfile.TemporaryDirectory() as d:
             yield d
+            self.fs.create_dir(f"{self.run_dir}/{name}", recursive=True)
             pafs.copy_files(d, f"{self.run_dir}/{name}", destination_filesystem=self.fs)

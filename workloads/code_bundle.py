@@ -27,7 +27,7 @@ class CodeBundle:
 
 
 def _key(relative: str) -> str:
-    """ConfigMap keys allow [-._a-zA-Z0-9] only: `training/sample_data/x.jsonl` -> `training.._sample_data..x.jsonl`."""
+    """ConfigMap keys allow [-._a-zA-Z0-9] only: `training/a/x.py` -> `training..a..x.py`."""
     return relative.replace("/", "..")
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from unittest import mock
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import pulumi
 

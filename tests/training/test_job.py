@@ -60,8 +60,13 @@ def test_worker_death_recovers_from_last_checkpoint(tmp_path):
 def test_trains_on_shipped_text_through_ray_data(tmp_path, tokenizer_dir):
     s = run(tmp_path, "--data", str(REPO / "training/sample_data/tiny_corpus.jsonl"),
             "--tokenizer", str(tokenizer_dir), "--seq-len", "64", "--micro-batch-size", "2",
-            "--steps", "12", "--lr", "5e-3", "--log-every", "4", "--checkpoint-every", "0")
+            "--steps", "12", "--lr", "5e-3", "--log-every", "4", "--checkpoint-every", "0",
+            "--export")
     assert s["steps"] == 12 and s["last_loss"] < s["first_loss"]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "runs/qwen-fsdp/hf_model")
+    assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(tokenizer_dir))
 
 
 def test_checkpoints_to_s3_and_resumes_from_it(tmp_path, s3_server):
