@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.resources: list[Recorded] = []
         self.calls: list[tuple[str, dict]] = []
         self.depends: dict[str, set[str]] = {}
+        self.exports: dict = {}  # stack output -> resolved value
+        self.secret_exports: set[str] = set()
         self.parents: dict[str, str | None] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
@@ -114,7 +117,8 @@ def _has_resource(value) -> bool:
 
 
 def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
-                offering: list[str] | None = None) -> RecordingMocks:
+                offering: list[str] | None = None, secrets: dict[str, str] | None = None
+                ) -> RecordingMocks:
     """The real program (program.run) under mocks, with the stack file's config + overrides."""
     import program
 
@@ -125,11 +129,23 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
                              monitor=RecordingMonitor(mocks))
     config = {f"{PROJECT}:{k}": v for k, v in raw.items()}
     config["aws:region"] = region
-    pulumi.runtime.set_all_config(config)
+    config.update({f"{PROJECT}:{k}": v for k, v in (secrets or {}).items()})
+    pulumi.runtime.set_all_config(config, [f"{PROJECT}:{k}" for k in secrets or {}])
+
+    exported: dict = {}
+
+    async def resolve_exports():
+        for key, value in exported.items():
+            output = pulumi.Output.from_input(value)
+            mocks.exports[key] = await output.future()
+            if await output.is_secret():
+                mocks.secret_exports.add(key)
 
     @pulumi.runtime.test
     def deploy():
-        program.run()
+        with mock.patch("pulumi.export", side_effect=exported.__setitem__):
+            program.run()
+        return pulumi.Output.from_input(asyncio.ensure_future(resolve_exports()))
 
     # Resource references among the inputs (node groups point at the cluster) stay URNs: the SDK
     # would otherwise rebuild those resources inside the mock monitor, on another event loop.

@@ -188,6 +188,22 @@ def test_run_job_switch_deploys_infrastructure_only():
 
 def test_hub_token_becomes_a_kubernetes_secret_only_when_set(dev):
     assert not dev.of_type("kubernetes:core/v1:Secret")
+    m = run_program(DEV, secrets={"hfToken": "hf_test_token"})
+    secret = m.one("kubernetes:core/v1:Secret").inputs
+    assert secret["metadata"] == {"name": "hf-token", "namespace": "ray"}
+    assert "hf_test_token" in json.dumps(secret["stringData"])
+
+
+def test_stack_outputs_and_kubeconfig_is_secret(dev):
+    out = dev.exports
+    assert out["clusterName"] == "ray-train-dev" and out["region"] == "us-west-2"
+    assert out["gpuAvailabilityZone"] == "us-west-2b"
+    assert out["nodeGroups"] == {"system": "ray-train-dev-system", "gpu": "ray-train-dev-gpu"}
+    assert out["hourlyCostUsd"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
+    assert set(out["hourlyCostBreakdown"]) == {"gpuNodes", "systemNodes", "eksControlPlane",
+                                               "natGateway"}
+    assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
+    assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
 
 
 def test_existing_cluster_mode_deploys_only_addons_and_workloads():

@@ -57,16 +57,20 @@ def test_worker_death_recovers_from_last_checkpoint(tmp_path):
     assert s["steps"] == 5 and s["resumed_from_step"] == 2
 
 
-def test_trains_on_shipped_text_through_ray_data(tmp_path, tokenizer_dir):
-    s = run(tmp_path, "--data", str(REPO / "training/sample_data/tiny_corpus.jsonl"),
-            "--tokenizer", str(tokenizer_dir), "--seq-len", "64", "--micro-batch-size", "2",
-            "--steps", "12", "--lr", "5e-3", "--log-every", "4", "--checkpoint-every", "0",
-            "--export")
+def test_trains_on_shipped_text_exports_and_continues_from_the_export(tmp_path, tokenizer_dir):
+    text = ["--data", str(REPO / "training/sample_data/tiny_corpus.jsonl"), "--seq-len", "64",
+            "--micro-batch-size", "2", "--checkpoint-every", "0"]
+    s = run(tmp_path, *text, "--tokenizer", str(tokenizer_dir), "--steps", "12", "--lr", "5e-3",
+            "--log-every", "4", "--export")
     assert s["steps"] == 12 and s["last_loss"] < s["first_loss"]
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "runs/qwen-fsdp/hf_model")
-    assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(tokenizer_dir))
+    exported = tmp_path / "runs/qwen-fsdp/hf_model"
+    (exported / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        if (tokenizer_dir / name).exists():
+            (exported / name).write_bytes((tokenizer_dir / name).read_bytes())
+    # A local Hugging Face directory as --model: from_pretrained loads the trained weights.
+    again = run(tmp_path, *text, "--model", str(exported), "--steps", "2", "--name", "continued")
+    assert again["first_loss"] < s["first_loss"] - 0.5, (s, again)
 
 
 def test_checkpoints_to_s3_and_resumes_from_it(tmp_path, s3_server):
