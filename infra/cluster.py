@@ -85,10 +85,13 @@ class Cluster(pulumi.ComponentResource):
             tags=dict(cfg.tags), opts=self._child())
 
     def _create_gpu_nodes(self, network: Network) -> eks.ManagedNodeGroup:
-        """EFA node group in one zone: a hand-built launch template (pulumi-eks's EFA support
-        refuses a user launch template, and reservations need one; one template serves all cases
-        and keeps IMDSv2 and the encrypted root volume visible), a cluster placement group, and
-        the EKS-managed cluster security group, which allows all traffic to and from itself."""
+        """EFA node group in one zone: a hand-built launch template, a cluster placement group,
+        and the EKS-managed cluster security group, which allows all traffic to and from itself.
+
+        pulumi-eks's `enable_efa_support` does not fit here even without a reservation: it
+        refuses a user launch template, and the template it generates sets only the root volume's
+        size (no gp3, no encryption; nodes/nodegroup.ts in pulumi-eks). One template of ours
+        serves the plain, reserved and Capacity Block cases alike."""
         cfg = self.cfg
         n = cfg.gpu_node_count
         placement = aws.ec2.PlacementGroup(f"{self.name}-gpu-pg", strategy="cluster",

@@ -32,20 +32,22 @@ class Storage:
 
 def resolve(uri: str) -> Storage:
     if uri.startswith("s3://"):
-        parsed = urlparse(uri)
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        kwargs = {}
-        if endpoint:
-            ep = urlparse(endpoint)
-            kwargs = {"endpoint_override": ep.netloc, "scheme": ep.scheme or "https"}
-            if os.environ.get("AWS_ACCESS_KEY_ID"):  # static keys travel with the pickled fs
-                kwargs["access_key"] = os.environ["AWS_ACCESS_KEY_ID"]
-                kwargs["secret_key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+        if not endpoint:  # AWS itself: pyarrow finds the bucket's Region
+            try:
+                fs, path = pafs.FileSystem.from_uri(uri)
+            except (OSError, ArrowException) as e:
+                raise StorageError(f"--storage-path {uri!r}: {str(e).splitlines()[0]}") from None
+            return Storage(uri, path.rstrip("/"), fs)
+        parsed, ep = urlparse(uri), urlparse(endpoint)
+        kwargs = {"endpoint_override": ep.netloc, "scheme": ep.scheme or "https"}
+        if os.environ.get("AWS_ACCESS_KEY_ID"):  # static keys travel with the pickled fs
+            kwargs["access_key"] = os.environ["AWS_ACCESS_KEY_ID"]
+            kwargs["secret_key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:
             kwargs["region"] = region
-        fs = pafs.S3FileSystem(**kwargs)
-        return Storage(uri, f"{parsed.netloc}{parsed.path}".rstrip("/"), fs)
+        return Storage(uri, f"{parsed.netloc}{parsed.path}".rstrip("/"), pafs.S3FileSystem(**kwargs))
     if "://" in uri:
         raise StorageError(f"--storage-path {uri!r}: only local directories and s3:// are supported")
     return Storage(uri, os.path.abspath(os.path.expanduser(uri)), pafs.LocalFileSystem())

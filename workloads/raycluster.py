@@ -42,9 +42,11 @@ def nccl_env(cfg: StackConfig) -> list[dict]:
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
-def _hf_token_env() -> dict:
-    return {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-        "name": HF_TOKEN_SECRET, "key": "token", "optional": True}}}
+def _pod_env(cfg: StackConfig) -> list[dict]:
+    """Every Ray pod: the Region for S3 clients, and the hub token when the stack has one."""
+    return [{"name": "AWS_REGION", "value": cfg.region},
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                "name": HF_TOKEN_SECRET, "key": "token", "optional": True}}}]
 
 
 def _container(cfg: StackConfig, name: str, resources: dict, env: list[dict]) -> dict:
@@ -75,7 +77,7 @@ def _pod(container: dict, node_selector: dict, shm_gib: int, tolerations: list[d
 def build_raycluster(cfg: StackConfig) -> dict:
     facts = cfg.gpu
     head_resources = {"cpu": str(HEAD_CPU), "memory": f"{HEAD_MEMORY_GIB}Gi"}
-    head_env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}, _hf_token_env()]
+    head_env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}, *_pod_env(cfg)]
     head_shm = max(1, int(HEAD_MEMORY_GIB * SHM_FRACTION))
     worker_shm = max(1, int(facts.memory_gib * NODE_MEMORY_FRACTION * SHM_FRACTION))
     head = _container(cfg, "ray-head", {"requests": dict(head_resources), "limits": head_resources},
@@ -84,7 +86,7 @@ def build_raycluster(cfg: StackConfig) -> dict:
                      {"containerPort": 8265, "name": "dashboard"},
                      {"containerPort": 10001, "name": "client"}]
     worker = _container(cfg, "ray-worker", worker_resources(cfg),
-                        [*nccl_env(cfg), _hf_token_env()])
+                        [*nccl_env(cfg), *_pod_env(cfg)])
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
