@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(cfg: TrainConfig) -> dict:
+    vocab = _check_model_and_data(cfg)
     storage = resolve(cfg.storage_path)
     check_writable(storage)
-    vocab = _check_model_and_data(cfg)
     import ray
 
     started_here = not ray.is_initialized()

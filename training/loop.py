@@ -6,10 +6,8 @@ progress, metrics and checkpoints, and the optional export.
 
 from __future__ import annotations
 
-import glob
 import os
 import time
-from pathlib import Path
 from typing import Iterator
 
 import ray.train
@@ -97,48 +95,70 @@ def _batches(cfg: TrainConfig, rank: int, vocab: int,
                              skip=position.data_position)
 
 
+class _Clock:
+    """Step times between log points. The run's first step carries warm-up (allocator, NCCL
+    connections), so the run's average rate leaves it out."""
+
+    def __init__(self, tokens_per_step: int):
+        self.tokens_per_step = tokens_per_step
+        self.timed_time, self.timed_steps = 0.0, 0
+        self.restart()
+
+    def restart(self) -> None:
+        self.window_start, self.window_steps = time.perf_counter(), 0
+
+    def lap(self, includes_first_step: bool) -> float:
+        """Seconds per step since the last lap (call after a device sync)."""
+        elapsed = time.perf_counter() - self.window_start
+        if not includes_first_step:
+            self.timed_time += elapsed
+            self.timed_steps += self.window_steps
+        return elapsed / self.window_steps
+
+    def run_rate(self, fallback: float) -> float:
+        return self.tokens_per_step * self.timed_steps / self.timed_time if self.timed_steps \
+            else fallback
+
+
+def _inject_fault(cfg: TrainConfig, step: int, info: dict, rank: int) -> None:
+    """Test hook (--fault-at-step): the last rank dies once, in a fresh run. The pause lets Ray
+    Train's controller (it polls every 2 s) register the last checkpoint first, as it would have
+    long before any real failure."""
+    if cfg.fault_at_step == step and info["resumed_from_step"] is None \
+            and rank == info["world_size"] - 1:
+        time.sleep(5)
+        os._exit(17)
+
+
 def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.Position,
                info: dict, rank: int) -> None:
     world = info["world_size"]
-    peak = peak_flops(torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda"
-                      else None)
+    on_gpu = engine.device.type == "cuda"
+    peak = peak_flops(torch.cuda.get_device_name(engine.device) if on_gpu else None)
     files = RunFiles.from_context() if rank == 0 else None
+    clock = _Clock(cfg.tokens_per_step_per_worker * world)
     rows: list[dict] = []
-    first_loss = None
-    tokens_per_step = cfg.tokens_per_step_per_worker * world
-    window_start, window_steps = time.perf_counter(), 0
-    timed_time, timed_steps = 0.0, 0
     data_position = position.data_position
-    for step in range(position.step + 1, cfg.steps + 1):
+    first_step = position.step + 1
+    for step in range(first_step, cfg.steps + 1):
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         data_position += cfg.grad_accum
         loss = train_step(engine, micro, lr_at(step, cfg), cfg.grad_clip)
-        window_steps += 1
-        if cfg.fault_at_step == step and info["resumed_from_step"] is None and rank == world - 1:
-            # Test hook: a worker dies mid-run and FailureConfig must recover. The pause lets Ray
-            # Train's controller (it polls every 2 s) register the last checkpoint first, as it
-            # would have long before any real failure.
-            time.sleep(5)
-            os._exit(17)
+        clock.window_steps += 1
+        _inject_fault(cfg, step, info, rank)
         save = bool(cfg.checkpoint_every) and (step == cfg.steps or step % cfg.checkpoint_every == 0)
-        log = save or step in (position.step + 1, cfg.steps) or step % cfg.log_every == 0
-        if not log:
+        if not (save or step in (first_step, cfg.steps) or step % cfg.log_every == 0):
             continue
-        loss_value = mean_across_ranks(loss)  # syncs the device, so the clock below is honest
-        now = time.perf_counter()
-        step_time = (now - window_start) / window_steps
-        if step > position.step + 1:  # the first step carries warm-up: time the rest
-            timed_time += now - window_start
-            timed_steps += window_steps
-        first_loss = loss_value if first_loss is None else first_loss
-        tps = tokens_per_step / step_time
+        loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
+        step_time = clock.lap(includes_first_step=step == first_step)
+        tps = clock.tokens_per_step / step_time
         metrics = {
-            "step": step, "loss": loss_value, "first_loss": first_loss, "lr": lr_at(step, cfg),
-            "step_time_s": step_time, "tokens_per_s": tps, "tokens_per_s_per_worker": tps / world,
+            "step": step, "loss": loss_value, "first_loss": rows[0]["loss"] if rows else loss_value,
+            "lr": lr_at(step, cfg), "step_time_s": step_time,
+            "tokens_per_s": tps, "tokens_per_s_per_worker": tps / world,
             "mfu": mfu(tps / world, engine.flops_per_token, peak),
-            "peak_mem_gib": (torch.cuda.max_memory_allocated(engine.device) / 2**30
-                             if engine.device.type == "cuda" else None),
-            "run_tokens_per_s": tokens_per_step * timed_steps / timed_time if timed_steps else tps,
+            "peak_mem_gib": torch.cuda.max_memory_allocated(engine.device) / 2**30 if on_gpu else None,
+            "run_tokens_per_s": clock.run_rate(fallback=tps),
             **info,
         }
         rows.append(metrics)
@@ -152,7 +172,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
             checkpoint.save_and_report(engine, checkpoint.Position(step, data_position), metrics)
         else:
             ray.train.report(metrics)
-        window_start, window_steps = time.perf_counter(), 0
+        clock.restart()
     if files:
         files.append_metrics(rows)
         files.plot()
@@ -172,4 +192,3 @@ def _export(engine: Engine, files: RunFiles | None) -> None:
     state = {k.removeprefix("lm."): v for k, v in full.items()}
     with files.local_dir("hf_model") as d:
         engine.model.lm.save_pretrained(d, state_dict=state)
-        assert glob.glob(str(Path(d, "*.safetensors"))), "export wrote no weights"

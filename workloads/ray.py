@@ -13,11 +13,13 @@ from workloads.raycluster import build_raycluster
 from workloads.rayjob import build_rayjob
 
 
-def _custom_resource(name: str, manifest: dict, opts: pulumi.ResourceOptions):
-    spec = manifest["spec"]
+def _custom_resource(name: str, kind: str, manifest: pulumi.Input[dict],
+                     opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
+    """A ray.io/v1 object from a builder's manifest (a dict, or an Output of one)."""
+    m = pulumi.Output.from_input(manifest)
     return k8s.apiextensions.CustomResource(
-        name, api_version=manifest["apiVersion"], kind=manifest["kind"],
-        metadata=manifest["metadata"], spec=spec, opts=opts)
+        name, api_version="ray.io/v1", kind=kind, metadata=m.apply(lambda d: d["metadata"]),
+        spec=m.apply(lambda d: d["spec"]), opts=opts)
 
 
 class RayWorkloads(pulumi.ComponentResource):
@@ -42,17 +44,15 @@ class RayWorkloads(pulumi.ComponentResource):
                                      data=bundle.data, opts=in_ns)
         after_operator = pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
             depends_on=[ns, operator]))
-        self.raycluster = _custom_resource(f"{name}-raycluster", build_raycluster(cfg),
+        self.raycluster = _custom_resource(f"{name}-raycluster", "RayCluster", build_raycluster(cfg),
                                            after_operator)
         self.rayjob_name = None
         if cfg.run_job:
             manifest = pulumi.Output.from_input(storage_uri).apply(
                 lambda uri: build_rayjob(cfg, bundle, uri))
             self.rayjob_name = manifest.apply(lambda m: m["metadata"]["name"])
-            k8s.apiextensions.CustomResource(
-                f"{name}-rayjob", api_version="ray.io/v1", kind="RayJob",
-                metadata=manifest.apply(lambda m: m["metadata"]),
-                spec=manifest.apply(lambda m: m["spec"]),
+            _custom_resource(
+                f"{name}-rayjob", "RayJob", manifest,
                 opts=pulumi.ResourceOptions.merge(after_operator, pulumi.ResourceOptions(
                     depends_on=[ns, operator, self.raycluster, code],
                     replace_on_changes=["metadata.name"], delete_before_replace=False)))
