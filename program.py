@@ -11,7 +11,7 @@ from infra import config as stack_config
 from infra import existing
 from infra.cluster import Cluster
 from infra.cost import hourly_cost
-from infra.network import Network
+from infra.network import Network, lookup_zones
 from infra.storage import CheckpointStorage
 from workloads.addons import Addons
 from workloads.code_bundle import bundle
@@ -32,7 +32,7 @@ def run() -> None:
         node_groups: list[pulumi.Resource] = []
         gpu_zone, node_group_names = None, {}
     else:
-        network = Network("net", cfg)
+        network = Network("net", cfg, lookup_zones(cfg))
         cluster = Cluster("eks", cfg, network)
         cluster_name, kubeconfig = cluster.cluster_name, cluster.kubeconfig
         node_groups = [cluster.system_nodes, cluster.gpu_nodes]

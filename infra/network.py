@@ -9,18 +9,25 @@ from infra.config import StackConfig
 from infra.zones import choose_zones, subnet_cidrs
 
 
+def lookup_zones(cfg: StackConfig) -> list[str]:
+    """The two zones, GPU zone first, from what this Region offers; raises NetworkError. Called
+    before any resource is declared, so a Region without the GPU type builds nothing."""
+    offering = aws.ec2.get_instance_type_offerings(
+        location_type="availability-zone",
+        filters=[{"name": "instance-type", "values": [cfg.gpu_instance_type]}])
+    available = aws.get_availability_zones(state="available").names
+    return choose_zones(cfg.gpu_availability_zone, list(offering.locations), list(available),
+                        cfg.gpu_instance_type)
+
+
 class Network(pulumi.ComponentResource):
     """Private subnets hold the nodes; the GPU node group uses only `gpu_subnet_id` (one zone)."""
 
-    def __init__(self, name: str, cfg: StackConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, cfg: StackConfig, zones: list[str],
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:Network", name, None, opts)
-        offering = aws.ec2.get_instance_type_offerings(
-            location_type="availability-zone",
-            filters=[{"name": "instance-type", "values": [cfg.gpu_instance_type]}])
-        available = aws.get_availability_zones(state="available").names
-        self.zones = choose_zones(cfg.gpu_availability_zone, list(offering.locations),
-                                  list(available), cfg.gpu_instance_type)
-        self.gpu_zone = self.zones[0]
+        self.zones = zones
+        self.gpu_zone = zones[0]
         child = pulumi.ResourceOptions(parent=self)
         tags = {**cfg.tags, f"kubernetes.io/cluster/{cfg.name}": "shared"}
         self.vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=cfg.vpc_cidr, enable_dns_hostnames=True,

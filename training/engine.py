@@ -31,10 +31,10 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
     model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens)
     num_params = count_params(model)
     world = dist.get_world_size() if dist.is_initialized() else 1
+    limit = memory_limit_bytes(cfg, device)  # also enforces --memory-budget-gib
     checkpointing = cfg.activation_checkpointing
     if checkpointing is None:
-        checkpointing = needs_activation_checkpointing(cfg, model_cfg, num_params, world,
-                                                       memory_limit_bytes(cfg, device))
+        checkpointing = needs_activation_checkpointing(cfg, model_cfg, num_params, world, limit)
     shard_model(model, device, reshard_after_forward=cfg.reshard_after_forward,
                 activation_checkpointing=checkpointing, compile_layers=cfg.compile)
     decay = [p for p in model.parameters() if p.ndim >= 2]

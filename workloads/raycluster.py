@@ -34,8 +34,7 @@ def nccl_env(cfg: StackConfig) -> list[dict]:
         "FI_PROVIDER": "efa",
         "NCCL_NET_PLUGIN": "ofi",  # the image's aws-ofi-nccl: libnccl-net-ofi.so
         "NCCL_SOCKET_IFNAME": "eth0",
-        "NCCL_DEBUG": "INFO",
-        "NCCL_DEBUG_SUBSYS": "INIT,NET,ENV",
+        "NCCL_DEBUG": "INFO",  # NCCL's default subsystems log the channel lines the guard reads
     }
     if cfg.strict_efa:
         env["NCCL_NET"] = "AWS Libfabric"  # fail instead of falling back to TCP sockets

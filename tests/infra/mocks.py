@@ -117,14 +117,14 @@ def _has_resource(value) -> bool:
 
 
 def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
-                offering: list[str] | None = None, secrets: dict[str, str] | None = None
-                ) -> RecordingMocks:
+                offering: list[str] | None = None, secrets: dict[str, str] | None = None,
+                mocks: RecordingMocks | None = None) -> RecordingMocks:
     """The real program (program.run) under mocks, with the stack file's config + overrides."""
     import program
 
     raw, region = raw_config(stack_file)
     raw.update(overrides or {})
-    mocks = RecordingMocks(region, offering)
+    mocks = mocks or RecordingMocks(region, offering)
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name(stack_file), preview=False,
                              monitor=RecordingMonitor(mocks))
     config = {f"{PROJECT}:{k}": v for k, v in raw.items()}

@@ -8,7 +8,7 @@ import pytest
 
 from infra.policies import NODE_POLICY_ARNS
 from infra.zones import NetworkError
-from tests.infra.mocks import ZONES, run_program
+from tests.infra.mocks import ZONES, RecordingMocks, run_program
 from tests.infra.stacks import STACK_FILES, stack_name
 
 DEV = next(p for p in STACK_FILES if stack_name(p) == "dev")
@@ -120,9 +120,11 @@ def test_capacity_block_uses_its_market_type():
     assert m.one(EKS_MNG, "gpu").inputs["capacityType"] == "CAPACITY_BLOCK"
 
 
-def test_no_zone_offering_the_gpu_type_is_a_clear_error():
+def test_no_zone_offering_the_gpu_type_is_a_clear_error_before_any_resource():
+    mocks = RecordingMocks("us-west-2", offering=[])
     with pytest.raises(NetworkError, match="no availability zone of this Region offers g6.12xlarge"):
-        run_program(DEV, offering=[])
+        run_program(DEV, mocks=mocks)
+    assert mocks.resources == []
 
 
 def test_configured_zone_that_lacks_the_type_is_rejected():
@@ -213,3 +215,12 @@ def test_existing_cluster_mode_deploys_only_addons_and_workloads():
     assert len(m.of_type("kubernetes:helm.sh/v3:Release")) == 3
     assert m.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs[
         "clusterName"] == "shared-gpu"
+
+
+def test_bad_config_stops_the_program_before_any_resource():
+    from infra.config import ConfigError
+
+    mocks = RecordingMocks("us-west-2")
+    with pytest.raises(ConfigError, match="gpuNodeCount"):
+        run_program(DEV, {"gpuNodeCount": "-3"}, mocks=mocks)
+    assert mocks.resources == []
