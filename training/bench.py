@@ -63,26 +63,28 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _time_steps(step, batches, warmup: int, steps: int, device) -> list[float]:
-    """Seconds per step for `steps` timed steps after `warmup` untimed ones."""
+def _seconds(fn, device) -> float:
+    """Wall time of `fn()`: CUDA events on GPU (device-side), the host clock on CPU."""
     import torch
 
+    if device.type != "cuda":
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000
+
+
+def _time_steps(step, batches, warmup: int, steps: int, device) -> list[float]:
+    """Seconds per step for `steps` timed steps after `warmup` untimed ones."""
     for inputs, labels in batches[:warmup]:
         step(inputs, labels)
-    times = []
-    for inputs, labels in batches[warmup:warmup + steps]:
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step(inputs, labels)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1000)
-        else:
-            t = time.perf_counter()
-            step(inputs, labels)
-            times.append(time.perf_counter() - t)
-    return times
+    return [_seconds(lambda x=inputs, y=labels: step(x, y), device)
+            for inputs, labels in batches[warmup:warmup + steps]]
 
 
 def _matmul_tflops(device) -> float | None:
@@ -95,14 +97,7 @@ def _matmul_tflops(device) -> float | None:
     a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
     for _ in range(5):
         a @ b
-    times = []
-    for _ in range(20):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        a @ b
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1000)
+    times = [_seconds(lambda: a @ b, device) for _ in range(20)]
     return 2 * n**3 / statistics.median(times) / 1e12
 
 

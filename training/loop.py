@@ -137,7 +137,9 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
     peak = peak_flops(torch.cuda.get_device_name(engine.device) if on_gpu else None)
     files = RunFiles.from_context() if rank == 0 else None
     clock = _Clock(cfg.tokens_per_step_per_worker * world)
-    rows: list[dict] = []
+    pending: list[dict] = []  # metrics rows not yet in metrics.csv
+    first_loss: float | None = None
+    last: dict = {"step": position.step, **info}  # what summary.json says if no step runs
     data_position = position.data_position
     first_step = position.step + 1
     for step in range(first_step, cfg.steps + 1):
@@ -152,8 +154,9 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
         loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
         step_time = clock.lap(includes_first_step=step == first_step)
         tps = clock.tokens_per_step / step_time
-        metrics = {
-            "step": step, "loss": loss_value, "first_loss": rows[0]["loss"] if rows else loss_value,
+        first_loss = loss_value if first_loss is None else first_loss
+        metrics = last = {
+            "step": step, "loss": loss_value, "first_loss": first_loss,
             "lr": lr_at(step, cfg), "step_time_s": step_time,
             "tokens_per_s": tps, "tokens_per_s_per_worker": tps / world,
             "mfu": mfu(tps / world, engine.flops_per_token, peak),
@@ -161,22 +164,23 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
             "run_tokens_per_s": clock.run_rate(fallback=tps),
             **info,
         }
-        rows.append(metrics)
+        pending.append(metrics)
         if rank == 0:
             mfu_text = f"  mfu {metrics['mfu']:.3f}" if metrics["mfu"] is not None else ""
             print(f"step {step}/{cfg.steps}  loss {loss_value:.4f}  lr {metrics['lr']:.2e}  "
                   f"tokens/s {tps:,.0f}{mfu_text}", flush=True)
         if save:
             if files:
-                files.append_metrics(rows)
+                files.append_metrics(pending)
+                pending = []
             checkpoint.save_and_report(engine, checkpoint.Position(step, data_position), metrics)
         else:
             ray.train.report(metrics)
         clock.restart()
     if files:
-        files.append_metrics(rows)
+        files.append_metrics(pending)
         files.plot()
-        files.write_json("summary.json", rows[-1] if rows else {"step": position.step, **info})
+        files.write_json("summary.json", last)
     if cfg.export:
         _export(engine, files)
 
