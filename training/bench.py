@@ -57,34 +57,50 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--work-dir", type=Path, default=Path("/tmp/bench-runs"),
                     help="Ray Train's scratch storage for the run")
     ap.add_argument("--results-md", type=Path, default=Path("bench/RESULTS.md"))
+    ap.add_argument("--profile-dir", type=Path, default=None, help="after timing, profile 2 more "
+                    "steps of each variant on rank 0: a gzipped Chrome trace per variant here (on "
+                    "rank 0's node) and a breakdown of the step's device time in the JSON and table")
     ap.add_argument("--from-json", type=Path, nargs="+", default=None, help="append the rows of "
                     "saved --json-out results to --results-md instead of measuring (for results "
                     "brought back from the GPU machine)")
     return ap
 
 
-def _seconds(fn, device) -> float:
-    """Wall time of `fn()`: CUDA events on GPU (device-side), the host clock on CPU."""
+def _back_to_back_seconds(calls, device) -> list[float]:
+    """Seconds per call of `calls` (zero-argument functions) run back to back as a training loop
+    runs them: no host sync in between, so the CPU queues call i+1 while the GPU runs call i.
+    On GPU each call's end is a CUDA event and a call's time is the gap between consecutive ends
+    (device-side); on CPU the host clock."""
     import torch
 
-    if device.type != "cuda":
-        t = time.perf_counter()
-        fn()
-        return time.perf_counter() - t
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1000
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    marks = []
+
+    def mark():
+        if cuda:
+            marks.append(torch.cuda.Event(enable_timing=True))
+            marks[-1].record()
+        else:
+            marks.append(time.perf_counter())
+
+    mark()
+    for call in calls:
+        call()
+        mark()
+    if cuda:
+        marks[-1].synchronize()
+        return [a.elapsed_time(b) / 1000 for a, b in zip(marks, marks[1:])]
+    return [b - a for a, b in zip(marks, marks[1:])]
 
 
 def _time_steps(step, batches, warmup: int, steps: int, device) -> list[float]:
     """Seconds per step for `steps` timed steps after `warmup` untimed ones."""
     for inputs, labels in batches[:warmup]:
         step(inputs, labels)
-    return [_seconds(lambda x=inputs, y=labels: step(x, y), device)
-            for inputs, labels in batches[warmup:warmup + steps]]
+    return _back_to_back_seconds([lambda x=inputs, y=labels: step(x, y)
+                                  for inputs, labels in batches[warmup:warmup + steps]], device)
 
 
 def _matmul_tflops(device) -> float | None:
@@ -97,7 +113,7 @@ def _matmul_tflops(device) -> float | None:
     a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
     for _ in range(5):
         a @ b
-    times = [_seconds(lambda: a @ b, device) for _ in range(20)]
+    times = _back_to_back_seconds([lambda: a @ b] * 20, device)
     return 2 * n**3 / statistics.median(times) / 1e12
 
 
@@ -122,6 +138,17 @@ def _reference_step(model_cfg, device):
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step, (model, opt)
+
+
+def _profile(step, batches, device, rank: int, trace_path: Path) -> dict | None:
+    """Profile on rank 0 only; the other ranks run the same steps to keep the collectives paired."""
+    from training.step_profile import profile_steps
+
+    if rank == 0:
+        return profile_steps(step, batches, device, trace_path)
+    for inputs, labels in batches:
+        step(inputs, labels)
+    return None
 
 
 def _ours_step(cfg: TrainConfig, model_cfg, device):
@@ -176,6 +203,9 @@ def bench_func(opts: dict) -> None:
                 step, keep = _ours_step(cfg, model_cfg, device)
                 row["activation_checkpointing"] = keep.activation_checkpointing
             times = _time_steps(step, batches, opts["warmup"], opts["steps"], device)
+            if opts["profile_dir"]:
+                row["profile"] = _profile(step, batches[:2], device, rank,
+                                          Path(opts["profile_dir"]) / f"{name}.trace.json.gz")
             del step, keep
             step_s = statistics.median(times)
             tps = cfg.micro_batch_size * cfg.seq_len / step_s
@@ -236,7 +266,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         opts = {"model": args.model, "seq_len": args.seq_len,
                 "micro_batch_size": args.micro_batch_size, "steps": args.steps,
                 "warmup": args.warmup, "variants": args.variants.split(","),
-                "memory_budget_gib": args.memory_budget_gib}
+                "memory_budget_gib": args.memory_budget_gib,
+                "profile_dir": str(args.profile_dir.resolve()) if args.profile_dir else None}
         trainer = TorchTrainer(bench_func, train_loop_config=opts,
                                scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus > 0),
                                run_config=RunConfig(name="bench", storage_path=str(args.work_dir),
@@ -251,7 +282,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         if ref and "tokens_per_s_per_gpu" in row:
             row["vs_reference"] = row["tokens_per_s_per_gpu"] / ref["tokens_per_s_per_gpu"]
     result["settings"] = {k: v for k, v in vars(args).items()
-                          if k not in ("json_out", "results_md", "work_dir", "from_json")}
+                          if k not in ("json_out", "results_md", "work_dir", "from_json",
+                                       "profile_dir")}
     result["settings"]["json_out"] = str(args.json_out) if args.json_out else None
     result["env"]["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     result["env"]["command"] = "python -m training.bench " + shlex.join(argv)
@@ -276,6 +308,9 @@ def table(result: dict) -> str:
         lines.append(f"{r['variant']:<20} {r['tokens_per_s_per_gpu']:>10,.0f} "
                      f"{_fmt(r.get('mfu'), '.3f'):>6} {r['step_time_ms']:>8.1f} "
                      f"{_fmt(r['peak_mem_gib'], '.1f'):>9} {_fmt(r.get('vs_reference'), '.2f'):>7}")
+        if r.get("profile") and r["profile"]["ms_per_step"]:
+            lines.append("    device ms/step: " + ", ".join(
+                f"{k} {v:g}" for k, v in r["profile"]["ms_per_step"].items()))
     return "\n".join(lines)
 
 

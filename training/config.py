@@ -67,7 +67,8 @@ class TrainConfig:
     loss_chunk_tokens: int = field(default=2048, metadata={"help": "tokens per chunk of the fused "
                                    "LM-head + cross-entropy (never materializes the full logits); "
                                    "0 computes full logits (for comparison only)"})
-    compile: bool = field(default=False, metadata={"help": "torch.compile each decoder layer"})
+    compile: bool = field(default=False, metadata={"help": "torch.compile each decoder layer "
+                                      "and the fused loss's chunk step"})
     expect_transport: Literal["any", "efa"] = field(default="any", metadata={"help": "`efa`: "
                                                     "fail unless NCCL uses EFA between nodes"})
     on_fallback: Literal["fail", "warn"] = field(default="fail", metadata={"help": "when NCCL "

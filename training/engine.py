@@ -28,7 +28,7 @@ class Engine:
 def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
     """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process group."""
     lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device)
-    model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens)
+    model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens, compile_loss=cfg.compile)
     num_params = count_params(model)
     world = dist.get_world_size() if dist.is_initialized() else 1
     limit = memory_limit_bytes(cfg, device)  # also enforces --memory-budget-gib

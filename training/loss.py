@@ -8,30 +8,49 @@ chunk's logits.
 
 from __future__ import annotations
 
+import functools
+
 import torch
+
+
+def _chunk_loss_and_grads(h: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int,
+                          acc: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Summed loss of one chunk and its gradients for `h` and `weight` (of the mean over `n`).
+
+    Written so that torch.compile can fuse the upcast, log-sum-exp, softmax and one-hot
+    subtraction into a couple of kernels around the two matmuls; eager runs it in place.
+    """
+    logits = (h @ weight.t()).to(acc)
+    lse = torch.logsumexp(logits, dim=-1)
+    loss = (lse - logits.gather(1, y[:, None]).squeeze(1)).sum()
+    # d(mean loss)/d(logits) = (softmax - one_hot) / n, computed in place.
+    grad_logits = logits.sub_(lse[:, None]).exp_()
+    grad_logits[torch.arange(len(y), device=y.device), y] -= 1.0
+    grad_logits = grad_logits.div_(n).to(h.dtype)
+    return loss, grad_logits @ weight, (grad_logits.t() @ h).to(acc)
+
+
+@functools.cache
+def _compiled_chunk():
+    return torch.compile(_chunk_loss_and_grads)
 
 
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                chunk: int) -> torch.Tensor:
+                chunk: int, compiled: bool) -> torch.Tensor:
         n = hidden.shape[0]
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32, or fp64 when given fp64
+        step = _compiled_chunk() if compiled else _chunk_loss_and_grads
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
         loss = torch.zeros((), dtype=acc, device=hidden.device)
         for start in range(0, n, chunk):
-            h = hidden[start:start + chunk]
-            y = labels[start:start + chunk]
-            logits = (h @ weight.t()).to(acc)
-            lse = torch.logsumexp(logits, dim=-1)
-            loss += (lse - logits.gather(1, y[:, None]).squeeze(1)).sum()
-            # d(mean loss)/d(logits) = (softmax - one_hot) / n, computed in place.
-            grad_logits = logits.sub_(lse[:, None]).exp_()
-            grad_logits[torch.arange(len(y), device=y.device), y] -= 1.0
-            grad_logits = grad_logits.div_(n).to(hidden.dtype)
-            grad_hidden[start:start + chunk] = grad_logits @ weight
-            grad_weight += (grad_logits.t() @ h).to(acc)
+            chunk_loss, grad_h, grad_w = step(hidden[start:start + chunk], weight,
+                                              labels[start:start + chunk], n, acc)
+            loss += chunk_loss
+            grad_hidden[start:start + chunk] = grad_h
+            grad_weight += grad_w
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return loss / n
@@ -40,10 +59,11 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
         return (grad_hidden * grad_loss.to(grad_hidden.dtype),
-                (grad_weight * grad_loss).to(ctx.weight_dtype), None, None)
+                (grad_weight * grad_loss).to(ctx.weight_dtype), None, None, None)
 
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                               chunk_tokens: int) -> torch.Tensor:
-    """Mean next-token loss of `hidden @ weight.T` against `labels` (shapes [N, H], [V, H], [N])."""
-    return _FusedLinearCrossEntropy.apply(hidden, weight, labels, chunk_tokens)
+                               chunk_tokens: int, compiled: bool = False) -> torch.Tensor:
+    """Mean next-token loss of `hidden @ weight.T` against `labels` (shapes [N, H], [V, H], [N]);
+    `compiled` runs each chunk's step through torch.compile."""
+    return _FusedLinearCrossEntropy.apply(hidden, weight, labels, chunk_tokens, compiled)

@@ -83,10 +83,11 @@ def count_params(model: nn.Module) -> int:
 class CausalLMWithLoss(nn.Module):
     """Decoder + tied LM head + next-token loss in one forward, without full logits."""
 
-    def __init__(self, lm: nn.Module, loss_chunk_tokens: int):
+    def __init__(self, lm: nn.Module, loss_chunk_tokens: int, compile_loss: bool = False):
         super().__init__()
         self.lm = lm
         self.loss_chunk_tokens = loss_chunk_tokens
+        self.compile_loss = compile_loss
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -98,7 +99,7 @@ class CausalLMWithLoss(nn.Module):
             logits = self.lm.lm_head(hidden).float()
             return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
         return fused_linear_cross_entropy(hidden.flatten(0, 1), self.lm.lm_head.weight,
-                                          labels.flatten(), self.loss_chunk_tokens)
+                                          labels.flatten(), self.loss_chunk_tokens, self.compile_loss)
 
 
 def _looks_like_path(spec: str) -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
 
 from training import bench
+from training.step_profile import kernel_breakdown
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -15,16 +17,31 @@ def test_bench_runs_ours_and_writes_json_and_a_results_row(tmp_path):
     out, md = tmp_path / "result.json", tmp_path / "RESULTS.md"
     rc = bench.main(["--model", "tiny", "--seq-len", "32", "--micro-batch-size", "2", "--steps", "2",
                      "--warmup", "1", "--variants", "reference,ours", "--json-out", str(out),
-                     "--results-md", str(md), "--work-dir", str(tmp_path / "work")])
+                     "--results-md", str(md), "--work-dir", str(tmp_path / "work"),
+                     "--profile-dir", str(tmp_path / "prof")])
     assert rc == 0
     result = json.loads(out.read_text())
     rows = {r["variant"]: r for r in result["rows"]}
     assert "needs a GPU" in rows["reference"]["error"]  # FSDP1 is GPU-only: skipped, said so
     assert rows["ours"]["tokens_per_s_per_gpu"] > 0 and rows["ours"]["mfu"] is None
     assert result["env"]["world_size"] == 2 and result["env"]["nccl_transport"] == "not-used"
+    trace = json.loads(gzip.decompress((tmp_path / "prof" / "ours.trace.json.gz").read_bytes()))
+    assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
+    assert rows["ours"]["profile"]["trace"] == "ours.trace.json.gz"
     table = md.read_text()
     assert table.count("\n| ") == 3 and "| ours |" in table  # header + 2 rows
 
 
 def test_unknown_variant_is_refused():
     assert bench.main(["--variants", "ours,turbo"]) == 2
+
+
+def test_kernel_breakdown_splits_device_time_and_finds_exposed_communication_and_idle():
+    # Two steps; times in microseconds. Step 1: matmul 0-1000, NCCL 500-1500 (half hidden behind
+    # the matmul), then the GPU idles 1500-2000; step 2: attention 2000-2600, softmax 2600-3000.
+    kernels = [("sm90_xmma_gemm_bf16", 0, 1000), ("ncclDevKernel_AllGather_RING_LL", 500, 1500),
+               ("flash_fwd_kernel", 2000, 2600), ("softmax_warp_forward", 2600, 3000)]
+    ms = kernel_breakdown(kernels, steps=2)
+    assert ms == {"attention": 0.3, "communication": 0.5, "exposed_communication": 0.25,
+                  "idle": 0.25, "matmul": 0.5, "other": 0.2, "window": 1.5}
+    assert kernel_breakdown([], steps=2) == {}

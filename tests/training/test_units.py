@@ -14,8 +14,9 @@ from training.metrics import flops_per_token, merge_csv, mfu, peak_flops
 from training.model import build_model, count_params, model_config
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 64, 1000])
-def test_fused_loss_matches_full_logits_loss_and_gradients(chunk):
+@pytest.mark.parametrize("chunk,compiled", [(1, False), (7, False), (64, False), (1000, False),
+                                            (16, True)])
+def test_fused_loss_matches_full_logits_loss_and_gradients(chunk, compiled):
     torch.manual_seed(0)
     n, h, v = 50, 16, 97
     hidden = torch.randn(n, h, dtype=torch.float64, requires_grad=True)
@@ -25,7 +26,7 @@ def test_fused_loss_matches_full_logits_loss_and_gradients(chunk):
     ref.backward(torch.tensor(2.0, dtype=torch.float64))
     ref_grads = hidden.grad.clone(), weight.grad.clone()
     hidden.grad = weight.grad = None
-    ours = fused_linear_cross_entropy(hidden, weight, labels, chunk)
+    ours = fused_linear_cross_entropy(hidden, weight, labels, chunk, compiled)
     ours.backward(torch.tensor(2.0, dtype=torch.float64))
     assert torch.allclose(ours, ref)
     assert torch.allclose(hidden.grad, ref_grads[0]) and torch.allclose(weight.grad, ref_grads[1])
