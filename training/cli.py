@@ -222,7 +222,7 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
         "run_dir": storage.display(run_dir),
         "nccl_transport": m.get("nccl_transport"),
         "efa_preflight": m.get("efa_preflight"),
-        "activation_checkpointing": m.get("activation_checkpointing"),
+        **{k: m.get(k) for k in ("activation_checkpointing", "reshard_after_forward", "compile")},
     }
 
 

@@ -61,14 +61,17 @@ class TrainConfig:
                                                   "exceeds the GPU (or --memory-budget-gib)"})
     memory_budget_gib: float | None = field(default=None, metadata={"help": "cap per-GPU memory "
                                             "(e.g. 22 to rehearse 24 GB L4s on a larger GPU)"})
-    reshard_after_forward: bool = field(default=True, metadata={"help": "FSDP2: free gathered "
-                                        "layer weights after forward (ZeRO-3); off keeps them (ZeRO-2, "
-                                        "more memory, less communication)"})
+    reshard_after_forward: bool | None = field(default=None, metadata={"help": "FSDP2: free "
+                                               "gathered layer weights after forward (ZeRO-3); off "
+                                               "keeps them (ZeRO-2: more memory, less communication); "
+                                               "default: off when they fit without activation "
+                                               "checkpointing, on otherwise"})
     loss_chunk_tokens: int = field(default=2048, metadata={"help": "tokens per chunk of the fused "
                                    "LM-head + cross-entropy (never materializes the full logits); "
                                    "0 computes full logits (for comparison only)"})
-    compile: bool = field(default=False, metadata={"help": "torch.compile each decoder layer "
-                                      "and the fused loss's chunk step"})
+    compile: bool | None = field(default=None, metadata={"help": "torch.compile each decoder "
+                                 "layer and the fused loss's chunk step; default: on with GPUs, "
+                                 "off on CPU"})
     expect_transport: Literal["any", "efa"] = field(default="any", metadata={"help": "`efa`: "
                                                     "fail unless NCCL uses EFA between nodes"})
     on_fallback: Literal["fail", "warn"] = field(default="fail", metadata={"help": "when NCCL "

@@ -15,6 +15,14 @@ from training.model import CausalLMWithLoss, build_model, count_params
 from training.parallelize import shard_model
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The memory/speed choices the defaults resolved to (reported with each run)."""
+    activation_checkpointing: bool
+    reshard_after_forward: bool
+    compile: bool
+
+
 @dataclass
 class Engine:
     model: CausalLMWithLoss
@@ -22,28 +30,43 @@ class Engine:
     device: torch.device
     num_params: int
     flops_per_token: float
-    activation_checkpointing: bool
+    plan: Plan
 
 
 def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
     """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process group."""
     lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device)
-    model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens, compile_loss=cfg.compile)
-    num_params = count_params(model)
+    num_params = count_params(lm)
     world = dist.get_world_size() if dist.is_initialized() else 1
     limit = memory_limit_bytes(cfg, device)  # also enforces --memory-budget-gib
-    checkpointing = cfg.activation_checkpointing
-    if checkpointing is None:
-        checkpointing = needs_activation_checkpointing(cfg, model_cfg, num_params, world, limit)
-    shard_model(model, device, reshard_after_forward=cfg.reshard_after_forward,
-                activation_checkpointing=checkpointing, compile_layers=cfg.compile)
+    plan = resolve_plan(cfg, model_cfg, num_params, world, limit, on_gpu=device.type == "cuda")
+    model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens, compile_loss=plan.compile)
+    shard_model(model, device, reshard_after_forward=plan.reshard_after_forward,
+                activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
     fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size, cfg.seq_len)
-    return Engine(model, optimizer, device, num_params, fpt, checkpointing)
+    return Engine(model, optimizer, device, num_params, fpt, plan)
+
+
+def resolve_plan(cfg: TrainConfig, model_cfg: PretrainedConfig, num_params: int, world: int,
+                 limit_bytes: int | None, *, on_gpu: bool) -> Plan:
+    """Resolve the defaults: checkpoint activations only when memory needs it; keep the gathered
+    weights between forward and backward (ZeRO-2, fewer all-gathers) only when their bf16 copy
+    fits without checkpointing; compile on GPU, where eager Hugging Face layers under FSDP2 are
+    CPU-bound (bench/NOTES.md), not on CPU, where compiling costs more than a laptop run gains.
+    Explicit settings always win."""
+    checkpointing = cfg.activation_checkpointing
+    if checkpointing is None:
+        checkpointing = needs_activation_checkpointing(cfg, model_cfg, num_params, world, limit_bytes)
+    reshard = cfg.reshard_after_forward
+    if reshard is None:
+        reshard = checkpointing or limit_bytes is None or not _fits(
+            cfg, model_cfg, num_params, world, limit_bytes, extra=2 * num_params)
+    return Plan(checkpointing, reshard, on_gpu if cfg.compile is None else cfg.compile)
 
 
 # Bytes of saved activations per token per decoder layer, without checkpointing, in bf16:
@@ -59,10 +82,16 @@ def needs_activation_checkpointing(cfg: TrainConfig, model_cfg: PretrainedConfig
     un-checkpointed activations would not fit in 90% of the limit (None: CPU, never needed)."""
     if limit_bytes is None:
         return False
+    return not _fits(cfg, model_cfg, num_params, world, limit_bytes, extra=0)
+
+
+def _fits(cfg: TrainConfig, model_cfg: PretrainedConfig, num_params: int, world: int,
+          limit_bytes: int, extra: int) -> bool:
+    """Sharded fp32 state + un-checkpointed activations + `extra` bytes within 90% of the limit."""
     state = 16 * num_params / world
     tokens = cfg.micro_batch_size * cfg.seq_len
     activations = tokens * model_cfg.num_hidden_layers * _activation_bytes_per_token_layer(model_cfg)
-    return state + activations > 0.9 * limit_bytes
+    return state + activations + extra <= 0.9 * limit_bytes
 
 
 def memory_limit_bytes(cfg: TrainConfig, device: torch.device) -> int | None:

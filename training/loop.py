@@ -6,6 +6,7 @@ progress, metrics and checkpoints, and the optional export.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Iterator
@@ -54,7 +55,7 @@ def train_func(loop_config: dict) -> None:
                        engine.model.lm.config.vocab_size, position)
     info = {"world_size": world, "resumed_from_step": resumed_from, "nccl_transport": link.verdict,
             "nccl_nodes": link.nodes, "efa_preflight": preflight, "num_params": engine.num_params,
-            "activation_checkpointing": engine.activation_checkpointing}
+            **dataclasses.asdict(engine.plan)}
     _run_steps(cfg, engine, batches, position, info, rank)
 
 

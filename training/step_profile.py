@@ -7,9 +7,12 @@ and the time the GPU sat idle waiting for the CPU to queue work.
 
 from __future__ import annotations
 
+import argparse
 import gzip
+import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 # Kernel name patterns (CUDA kernel names, as the profiler reports them), first match wins.
@@ -61,11 +64,28 @@ def kernel_breakdown(kernels: list[tuple[str, float, float]], steps: int) -> dic
     return {k: round(v, 2) for k, v in sorted(ms.items())}
 
 
+def trace_kernels(trace: dict) -> list[tuple[str, float, float]]:
+    """(name, start_us, end_us) of the device work in a Chrome trace: kernels, copies, memsets.
+    GPU-side annotations (FSDP's and NCCL's ranges) are left out: they overlap the kernels."""
+    return [(e["name"], e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+
+
+def summarize(trace: dict, steps: int) -> dict:
+    """The per-step breakdown of a trace's device time and its 15 most expensive kernels."""
+    kernels = trace_kernels(trace)
+    top: dict[str, float] = {}
+    for name, start, end in kernels:
+        top[name] = top.get(name, 0.0) + (end - start) / steps / 1000
+    return {"ms_per_step": kernel_breakdown(kernels, steps),
+            "top_kernels_ms_per_step": {k[:120]: round(v, 2) for k, v in
+                                        sorted(top.items(), key=lambda kv: -kv[1])[:15]}}
+
+
 def profile_steps(step, batches, device, trace_path: Path) -> dict:
     """Run `step` over `batches` under the torch profiler; write a gzipped Chrome trace (open it in
-    Perfetto) and return the per-step breakdown of device kernels and the top kernels."""
+    Perfetto) and return its summary."""
     import torch
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -80,15 +100,24 @@ def profile_steps(step, batches, device, trace_path: Path) -> dict:
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     raw = trace_path.with_suffix("")  # x.json.gz -> x.json
     prof.export_chrome_trace(str(raw))
+    trace = json.loads(raw.read_text())
     with raw.open("rb") as src, gzip.open(trace_path, "wb") as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
-    kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == DeviceType.CUDA]
-    top: dict[str, float] = {}
-    for name, start, end in kernels:
-        top[name] = top.get(name, 0.0) + (end - start) / len(batches) / 1000
-    return {"ms_per_step": kernel_breakdown(kernels, len(batches)),
-            "top_kernels_ms_per_step": {k[:120]: round(v, 2) for k, v in
-                                        sorted(top.items(), key=lambda kv: -kv[1])[:15]},
-            "trace": trace_path.name}
+    return {**summarize(trace, len(batches)), "trace": trace_path.name}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.step_profile",
+                                 description="Summarize a benchmark trace (.json or .json.gz).")
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--steps", type=int, default=2, help="steps the trace holds")
+    args = ap.parse_args(argv)
+    data = args.trace.read_bytes()
+    trace = json.loads(gzip.decompress(data) if args.trace.suffix == ".gz" else data)
+    print(json.dumps(summarize(trace, args.steps), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
