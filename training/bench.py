@@ -322,13 +322,27 @@ RESULTS_HEADER = ("| date (UTC) | GPU x world | torch / NCCL | variant | seq | m
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 
 
+def _variant_cell(row: dict) -> str:
+    """The variant with what its settings resolved to, e.g. `ours (compiled, ZeRO-2)`: `ours` means
+    the job's defaults, which change over time (rows before 2026-11-30 carry no plan)."""
+    if "compile" not in row:
+        return row["variant"]
+    plan = ["compiled" if row["compile"] else "eager",
+            "ZeRO-3" if row["reshard_after_forward"] else "ZeRO-2"]
+    if row["activation_checkpointing"]:
+        plan.append("AC")
+    return f"{row['variant']} ({', '.join(plan)})"
+
+
 def append_results(result: dict, path: Path) -> None:
     env, s = result["env"], result["settings"]
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("# Benchmark results\n\nRows are appended by `python -m training.bench`; "
                         "never edited by hand. MFU is against the bf16 matmul rate measured in "
-                        "the same run.\n\n" + RESULTS_HEADER)
+                        "the same run. `ours` is the training job's defaults at the time; the "
+                        "brackets say what they resolved to. How each run was timed, and why: "
+                        "NOTES.md.\n\n" + RESULTS_HEADER)
     with path.open("a") as f:
         for r in result["rows"]:
             numbers = ("error: " + r["error"], "", "", "", "") if "error" in r else (
@@ -337,7 +351,7 @@ def append_results(result: dict, path: Path) -> None:
                 _fmt(r.get("vs_reference"), ".2f"))
             f.write("| " + " | ".join([
                 env["date"], f"{env['gpu']} x{env['world_size']}", f"{env['torch']} / {env['nccl']}",
-                r["variant"], str(s["seq_len"]), str(s["micro_batch_size"]),
+                _variant_cell(r), str(s["seq_len"]), str(s["micro_batch_size"]),
                 _fmt(s["memory_budget_gib"], "g"), *numbers, env["nccl_transport"],
                 s["label"] or "", f"`{env['command']}`"]) + " |\n")
 

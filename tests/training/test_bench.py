@@ -29,7 +29,7 @@ def test_bench_runs_ours_and_writes_json_and_a_results_row(tmp_path):
     assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
     assert rows["ours"]["profile"]["trace"] == "ours.trace.json.gz"
     table = md.read_text()
-    assert table.count("\n| ") == 3 and "| ours |" in table  # header + 2 rows
+    assert table.count("\n| ") == 3 and "| ours (eager, ZeRO-3) |" in table  # header + 2 rows
 
 
 def test_unknown_variant_is_refused():
