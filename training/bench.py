@@ -27,9 +27,9 @@ from pathlib import Path
 
 from training.config import TrainConfig
 
-# Lever variants of `ours`: TrainConfig overrides, one lever each, so each row isolates one change.
-# `ours` is the job's defaults (on a GPU with room to spare: compiled layers and loss, ZeRO-2).
-# Until 2026-11-29 the defaults were eager and ZeRO-3: that is `ours-eager-zero3` now.
+# `ours` is the job's defaults (on a GPU with room to spare: compiled layers and loss, ZeRO-2); each
+# variant takes levers out of them through TrainConfig overrides, so a row isolates that change.
+# Through 2026-11-29 the defaults were eager and ZeRO-3: that is `ours-eager-zero3` now.
 VARIANTS: dict[str, dict] = {
     "ours": {},
     "ours-eager": {"compile": False},
