@@ -205,6 +205,7 @@ def _root_cause(e: BaseException) -> str:
 def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
     """The run's last metrics, which rank 0 writes to the run directory (Ray's Result keeps only
     checkpointed reports), plus where the latest checkpoint is."""
+    from training.engine import Plan
     from training.run_files import RunFiles
 
     run_dir = f"{storage.path}/{cfg.name}"
@@ -222,7 +223,7 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
         "run_dir": storage.display(run_dir),
         "nccl_transport": m.get("nccl_transport"),
         "efa_preflight": m.get("efa_preflight"),
-        **{k: m.get(k) for k in ("activation_checkpointing", "reshard_after_forward", "compile")},
+        **{f.name: m.get(f.name) for f in dataclasses.fields(Plan)},  # what the defaults chose
     }
 
 

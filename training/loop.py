@@ -108,6 +108,10 @@ class _Clock:
     def restart(self) -> None:
         self.window_start, self.window_steps = time.perf_counter(), 0
 
+    def tick(self) -> None:
+        """One more step in this window."""
+        self.window_steps += 1
+
     def lap(self, includes_first_step: bool) -> float:
         """Seconds per step since the last lap (call after a device sync)."""
         elapsed = time.perf_counter() - self.window_start
@@ -147,7 +151,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         data_position += cfg.grad_accum
         loss = train_step(engine, micro, lr_at(step, cfg), cfg.grad_clip)
-        clock.window_steps += 1
+        clock.tick()
         _inject_fault(cfg, step, info, rank)
         save = bool(cfg.checkpoint_every) and (step == cfg.steps or step % cfg.checkpoint_every == 0)
         if not (save or step in (first_step, cfg.steps) or step % cfg.log_every == 0):

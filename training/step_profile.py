@@ -11,7 +11,6 @@ import argparse
 import gzip
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -98,12 +97,13 @@ def profile_steps(step, batches, device, trace_path: Path) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
-    raw = trace_path.with_suffix("")  # x.json.gz -> x.json
+    raw = trace_path.with_suffix("")  # x.json.gz -> x.json: the profiler writes plain JSON only
     prof.export_chrome_trace(str(raw))
-    trace = json.loads(raw.read_text())
-    with raw.open("rb") as src, gzip.open(trace_path, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    text = raw.read_text()
     raw.unlink()
+    with gzip.open(trace_path, "wt") as f:
+        f.write(text)
+    trace = json.loads(text)
     return {**summarize(trace, len(batches)), "trace": trace_path.name}
 
 

@@ -114,6 +114,9 @@ def test_local_quick_start_command_under_two_minutes(tmp_path):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 30 and summary["resumed_from_step"] is None
     assert summary["nccl_transport"] == "not-used"  # gloo: says so rather than guessing
+    # What the defaults resolved to on CPU: eager, ZeRO-3, no activation checkpointing.
+    assert (summary["compile"], summary["reshard_after_forward"],
+            summary["activation_checkpointing"]) == (False, True, False)
     assert "PlacementGroupCleaner" not in proc.stdout + proc.stderr
     assert elapsed < 120, f"--local took {elapsed:.0f}s"
 
