@@ -4,14 +4,12 @@ import sys
 
 import pulumi
 
-from infra.config import ConfigError
-from infra.zones import NetworkError
-from workloads.code_bundle import CodeBundleError
+from training.config import InputError
 
 try:
     import program
 
     program.run()
-except (ConfigError, NetworkError, CodeBundleError) as error:
+except InputError as error:  # stack config, zones, job settings, code bundle
     pulumi.log.error(str(error))
     sys.exit(1)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra import config as stack_config
+from stack import pulumi_config
 from infra import existing
 from infra.cluster import Cluster
 from infra.cost import hourly_cost
@@ -15,7 +15,7 @@ from infra.network import Network, lookup_zones
 from infra.storage import CheckpointStorage
 from workloads.addons import Addons
 from workloads.code_bundle import bundle
-from workloads.names import NAMESPACE, SERVICE_ACCOUNT
+from stack.kube import NAMESPACE, SERVICE_ACCOUNT
 from workloads.ray import RayWorkloads
 
 REPO = Path(__file__).resolve().parent
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent
 
 def run() -> None:
     # Everything that can be wrong with the inputs fails here, before any resource exists.
-    cfg = stack_config.from_pulumi()
+    cfg = pulumi_config.load()
     code = bundle(REPO)
     hf_token = pulumi.Config().get_secret("hfToken")
 

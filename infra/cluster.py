@@ -8,9 +8,9 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from infra.config import StackConfig
+from stack.config import StackConfig
 from infra.network import Network
-from infra.nodes import GPU_LABELS, GPU_TAINT, SYSTEM_LABELS
+from stack.kube import GPU_LABELS, GPU_TAINT, SYSTEM_LABELS
 from infra.policies import CLUSTER_ADMIN_POLICY_ARN, NODE_POLICY_ARNS, assume_role
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infra.catalog import PRICES_SOURCE, PRICES_USD_PER_HOUR
-from infra.config import StackConfig
+from stack.catalog import PRICES_SOURCE, PRICES_USD_PER_HOUR
+from stack.config import StackConfig
 
 
 def hourly_cost(cfg: StackConfig) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import StackConfig
+from stack.config import StackConfig
 from infra.zones import choose_zones, subnet_cidrs
 
 

@@ -7,7 +7,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import StackConfig
+from stack.config import StackConfig
 from infra.policies import bucket_access, pod_identity_trust
 
 

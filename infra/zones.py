@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 
+from training.config import InputError
 
-class NetworkError(ValueError):
+
+class NetworkError(InputError):
     """No usable availability zone for the GPU node group."""
 
 

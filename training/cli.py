@@ -22,10 +22,10 @@ from training import quiet
 from training.config import LOCAL_DEFAULTS, ConfigError, TrainConfig
 from training.data import RANDOM_MODES, DataError, build_text_dataset
 from training.model import ModelError, is_builtin, max_positions, model_config
+from training.ray_setup import init_ray
 from training.storage import Storage, StorageError, check_writable, resolve
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class JobError(RuntimeError):
@@ -36,8 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0])
     ap.add_argument("--local", action="store_true", help="local Ray, 2 CPU workers, `tiny` model "
                     "(the defaults of a laptop run; other flags still apply)")
+    add_config_flags(ap)
+    return ap
+
+
+def add_config_flags(ap: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
+    """One flag per TrainConfig field (or the `names` given), typed and documented from the
+    field, defaulting to None so that only what the user gave overrides a default. The job and
+    the benchmark (`python -m bench`) share these flags."""
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
+        if names is not None and f.name not in names:
+            continue
         flag = "--" + f.name.replace("_", "-")
         hidden = f.metadata.get("hidden")
         help_text = argparse.SUPPRESS if hidden else f"{f.metadata['help']} (default: {f.default})"
@@ -49,7 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             base = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
             ap.add_argument(flag, type=base, default=None, help=help_text)
-    return ap
 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:
@@ -83,7 +92,7 @@ def run(cfg: TrainConfig) -> dict:
 
     started_here = not ray.is_initialized()
     if started_here:
-        _init_ray(cfg)
+        init_ray(cfg.address)
     try:
         use_gpu = cfg.use_gpu if cfg.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
         _check_capacity(cfg, use_gpu, ray.cluster_resources())
@@ -139,25 +148,6 @@ def _text_dataset(cfg: TrainConfig):
         raise DataError(f"--data {cfg.data!r} holds no text (or too little to fill one "
                         f"{cfg.seq_len + 1}-token block); add text or lower --seq-len")
     return ds
-
-
-def worker_env() -> dict[str, str]:
-    """Environment for a local Ray's workers: the repository importable, Ray's chatter off."""
-    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    return {"PYTHONPATH": path, "PYTHONWARNINGS": "ignore", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
-
-
-def _init_ray(cfg: TrainConfig) -> None:
-    import ray
-
-    if cfg.address:
-        ray.init(address=cfg.address, logging_level=logging.ERROR)
-        return
-    # Local Ray: a couple of spare logical CPUs for Ray Data beside the train workers, and the
-    # repository on the workers' import path.
-    ray.init(num_cpus=(os.cpu_count() or 2) + 2,
-             logging_level=logging.ERROR,
-             runtime_env={"env_vars": worker_env()})
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: dict) -> None:

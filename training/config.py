@@ -15,7 +15,12 @@ TRANSPORT_EXPECTATIONS = ("any", "efa")
 FALLBACK_ACTIONS = ("fail", "warn")
 
 
-class ConfigError(ValueError):
+class InputError(ValueError):
+    """Bad input from a user, at any layer (a stack key, a job flag, a zone, the code bundle): one
+    clear message and a non-zero exit, never a traceback. The one name `__main__.py` catches."""
+
+
+class ConfigError(InputError):
     """Bad job settings; the message lists every problem with the flag that fixes it."""
 
     def __init__(self, problems: list[str]):

@@ -21,16 +21,8 @@ from training.config import TrainConfig
 from training.engine import Engine, build_engine, lr_at, mean_across_ranks, train_step
 from training.metrics import mfu, peak_flops
 from training.model import is_builtin, model_config
+from training.ray_setup import worker_context
 from training.run_files import RunFiles
-
-
-def worker_context() -> tuple[int, int, int, torch.device]:
-    """(world rank, world size, local rank, device) of this Ray Train worker, device made current."""
-    ctx = ray.train.get_context()
-    device = ray.train.torch.get_device()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    return ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank(), device
 
 
 def train_func(loop_config: dict) -> None:

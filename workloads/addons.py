@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.catalog import CHARTS, kuberay_crd_urls
+from stack.catalog import CHARTS, kuberay_crd_urls
 from workloads import helm_values
 
 

@@ -6,12 +6,14 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from training.config import InputError
+
 CONFIGMAP_LIMIT_BYTES = 1024 * 1024  # Kubernetes rejects larger ConfigMaps
 INCLUDE_SUFFIXES = (".py", ".jsonl", ".txt", ".json")
 PACKAGE = "training"
 
 
-class CodeBundleError(ValueError):
+class CodeBundleError(InputError):
     """The training code cannot ship in a ConfigMap."""
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.nodes import GPU_LABELS, GPU_TOLERATION, SYSTEM_LABELS
+from stack.kube import GPU_LABELS, GPU_TOLERATION, SYSTEM_LABELS
 
 
 def kuberay_operator() -> dict:

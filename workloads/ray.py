@@ -6,9 +6,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.config import StackConfig
+from stack.config import StackConfig
 from workloads.code_bundle import CodeBundle
-from workloads.names import CODE_CONFIGMAP, HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT
+from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT
 from workloads.raycluster import build_raycluster
 from workloads.rayjob import build_rayjob
 

@@ -13,9 +13,10 @@ import shlex
 
 import yaml
 
-from infra.config import JOB_HASH_LEN, StackConfig
+from stack.config import StackConfig
+from stack.kube import JOB_HASH_LEN
 from workloads.code_bundle import CodeBundle
-from workloads.names import CODE_CONFIGMAP, CODE_MOUNT, NAMESPACE
+from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, NAMESPACE
 
 
 def run_name(cfg: StackConfig) -> str:

@@ -10,7 +10,7 @@ from unittest import mock
 
 import pulumi
 
-from tests.infra.stacks import PROJECT, raw_config, stack_name
+from tests.stack.stacks import PROJECT, raw_config, stack_name
 
 ZONES = {"us-west-2": ["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"],
          "us-east-1": ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1f"]}

@@ -9,7 +9,7 @@ import pytest
 from infra.policies import NODE_POLICY_ARNS
 from infra.zones import NetworkError
 from tests.infra.mocks import ZONES, RecordingMocks, run_program
-from tests.infra.stacks import STACK_FILES, stack_name
+from tests.stack.stacks import STACK_FILES, stack_name
 
 DEV = next(p for p in STACK_FILES if stack_name(p) == "dev")
 EKS_MNG = "eks:index:ManagedNodeGroup"
@@ -218,7 +218,7 @@ def test_existing_cluster_mode_deploys_only_addons_and_workloads():
 
 
 def test_bad_config_stops_the_program_before_any_resource():
-    from infra.config import ConfigError
+    from stack.config import ConfigError
 
     mocks = RecordingMocks("us-west-2")
     with pytest.raises(ConfigError, match="gpuNodeCount"):

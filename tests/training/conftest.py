@@ -20,7 +20,7 @@ def ray_session():
     from training import quiet
 
     quiet.install()
-    from training.cli import worker_env
+    from training.ray_setup import worker_env
 
     # The controller polls workers every 2 s by default; faster polls, shorter tests.
     ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR",

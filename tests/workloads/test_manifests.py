@@ -10,9 +10,10 @@ import shlex
 import pytest
 import yaml
 
-from infra.config import RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX, parse
+from stack.config import parse
+from stack.kube import RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX
 from tests.conftest import KUBERAY_CRDS, REPO, need
-from tests.infra.stacks import STACK_FILES, raw_config, stack_name
+from tests.stack.stacks import STACK_FILES, raw_config, stack_name
 from tests.workloads.crd_schema import load_schema, validate
 from workloads.code_bundle import CodeBundleError, bundle
 from workloads.raycluster import build_raycluster
@@ -188,3 +189,20 @@ def test_code_over_the_configmap_limit_is_refused_clearly(tmp_path):
     (pkg / "big.jsonl").write_text("x" * 2_000_000)
     with pytest.raises(CodeBundleError, match="over the 1,048,576-byte ConfigMap limit"):
         bundle(tmp_path)
+
+
+def test_editing_the_benchmark_leaves_the_rayjob_name_unchanged(code, tmp_path):
+    import shutil
+
+    for package in ("training", "bench"):
+        shutil.copytree(REPO / package, tmp_path / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "runs"))
+    (tmp_path / "bench/benchmark.py").write_text("# a comment\n" + (
+        tmp_path / "bench/benchmark.py").read_text())
+    cfg = stack()
+    assert build_rayjob(cfg, bundle(tmp_path), S3)["metadata"]["name"] == \
+        build_rayjob(cfg, code, S3)["metadata"]["name"]
+    (tmp_path / "training/loop.py").write_text("# a comment\n" + (
+        tmp_path / "training/loop.py").read_text())
+    assert build_rayjob(cfg, bundle(tmp_path), S3)["metadata"]["name"] != \
+        build_rayjob(cfg, code, S3)["metadata"]["name"]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from training import bench
-from training.step_profile import kernel_breakdown
+from bench import benchmark as bench
+from bench.step_profile import kernel_breakdown
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

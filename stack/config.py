@@ -2,7 +2,7 @@
 
 `parse` is pure (a mapping of raw config strings in, `StackConfig` out) and collects every problem,
 each naming its config key and the fix, so `pulumi up` fails once with the whole list instead of
-one problem per attempt. `from_pulumi` reads the keys declared in Pulumi.yaml.
+one problem per attempt. `stack.pulumi_config.load` feeds it under `pulumi up`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from infra import catalog
-
-# Kubernetes object names derived from clusterName, and their limits.
-EKS_NAME_MAX = 100
-RAYCLUSTER_NAME_MAX = 53
-RAYJOB_NAME_MAX = 47
-JOB_HASH_LEN = 10  # RayJob name = f"{clusterName}-{hash}"
+from stack import catalog
+from stack.kube import EKS_NAME_MAX, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX
+from training.config import InputError
 MAX_GPU_NODES = 64
 MAX_SYSTEM_NODES = 10
 MIN_ROOT_VOLUME_GIB = 200
@@ -32,7 +28,7 @@ _AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d)[a-z]$")
 _K8S_VERSION = re.compile(r"^1\.\d{2}$")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """Every problem with the stack config, each naming its key and the fix."""
 
     def __init__(self, problems: list[str]):
@@ -152,6 +148,8 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "training": (_json, "training"),
 }
 
+SECRET_KEYS = ("hfToken",)  # read by the program as a secret Output, never into StackConfig
+
 TRAINING_KEYS = {"model": str, "steps": int, "seqLen": int, "microBatchSize": int, "lr": float,
                  "data": str, "checkpointEvery": int, "extraPip": list, "deadlineSeconds": int}
 
@@ -161,7 +159,7 @@ def parse(raw: Mapping[str, Any], region: str, default_name: str = "ray-train") 
     problems: list[str] = []
     values: dict[str, Any] = {"name": default_name, "region": region}
     for key in raw:
-        if key not in FIELDS:
+        if key not in FIELDS and key not in SECRET_KEYS:
             problems.append(f"{key}: unknown key; known keys are {', '.join(sorted(FIELDS))}")
     for key, (parse_value, attr) in FIELDS.items():
         if raw.get(key) in (None, ""):
@@ -309,15 +307,3 @@ def _check_cidr(key: str, value: str, min_prefix: int = 0, max_prefix: int = 32)
     if net.version != 4 or not min_prefix <= net.prefixlen <= max_prefix:
         return [f"{key}: {value!r} must be an IPv4 network between /{min_prefix} and /{max_prefix}"]
     return []
-
-
-def from_pulumi() -> StackConfig:
-    """Read the declared keys of this project's stack config, plus aws:region."""
-    import pulumi
-
-    config = pulumi.Config()
-    region = pulumi.Config("aws").get("region") or ""
-    raw = {key: config.get(key) for key in FIELDS}
-    return parse({k: v for k, v in raw.items() if v is not None}, region,
-                 default_name=f"{pulumi.get_project()}-{pulumi.get_stack()}"[:RAYJOB_NAME_MAX
-                                                                             - JOB_HASH_LEN - 1])

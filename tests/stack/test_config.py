@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from infra.config import ConfigError, parse
-from tests.infra.stacks import STACK_FILES, raw_config, stack_name
+from stack.config import ConfigError, parse
+from tests.stack.stacks import STACK_FILES, raw_config, stack_name
 
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=stack_name)

@@ -108,7 +108,7 @@ def profile_steps(step, batches, device, trace_path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.step_profile",
+    ap = argparse.ArgumentParser(prog="python -m bench.step_profile",
                                  description="Summarize a benchmark trace (.json or .json.gz).")
     ap.add_argument("trace", type=Path)
     ap.add_argument("--steps", type=int, default=2, help="steps the trace holds")

@@ -1,0 +1,5 @@
+import sys
+
+from bench.benchmark import main
+
+sys.exit(main())

@@ -1,0 +1,25 @@
+"""The stack's config as `pulumi up` hands it to the program: the only Pulumi-facing part of
+`stack`. Every key of the project's namespace is read, not just the known ones, so a typo fails
+the deployment instead of being ignored."""
+
+from __future__ import annotations
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+
+from stack.config import StackConfig, parse
+from stack.kube import JOB_HASH_LEN, RAYJOB_NAME_MAX
+
+
+def raw_project_config() -> dict[str, str]:
+    """Every `<project>:<key>` value the engine passed in (Pulumi.yaml defaults merged in by the
+    CLI), keyed by `<key>`; secrets stay out (they are read where they are used)."""
+    prefix = f"{pulumi.get_project()}:"
+    values = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    return {k.removeprefix(prefix): v for k, v in values.items() if k.startswith(prefix)}
+
+
+def load() -> StackConfig:
+    region = pulumi.Config("aws").get("region") or ""
+    default_name = f"{pulumi.get_project()}-{pulumi.get_stack()}"[:RAYJOB_NAME_MAX - JOB_HASH_LEN - 1]
+    return parse(raw_project_config(), region, default_name=default_name)

@@ -1,0 +1,41 @@
+"""Ray start-up shared by the job (`python -m training`) and the benchmark (`python -m bench`):
+the local Ray's worker environment and start, and a worker's rank and device."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker_env() -> dict[str, str]:
+    """Environment for a local Ray's workers: the repository importable, Ray's chatter off."""
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, "PYTHONWARNINGS": "ignore", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+
+
+def init_ray(address: str | None) -> None:
+    """Join the cluster at `address`, or start a local Ray with a couple of spare logical CPUs
+    for Ray Data beside the train workers and the repository on the workers' import path."""
+    import ray
+
+    if address:
+        ray.init(address=address, logging_level=logging.ERROR)
+        return
+    ray.init(num_cpus=(os.cpu_count() or 2) + 2, logging_level=logging.ERROR,
+             runtime_env={"env_vars": worker_env()})
+
+
+def worker_context():
+    """(world rank, world size, local rank, device) of this Ray Train worker, device made current."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    ctx = ray.train.get_context()
+    device = ray.train.torch.get_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank(), device
