@@ -16,6 +16,11 @@ NODE_CPU_RESERVE = 4
 NODE_MEMORY_FRACTION = 0.85
 SHM_FRACTION = 0.3  # /dev/shm for NCCL and the data loaders, out of the pod's memory
 NCCL_NET_EFA = "Libfabric"
+# The head records when it started (seconds after KubeRay creates the run's cluster, long before
+# the GPU nodes are up); the job reads the file named by this variable (training/cli.py), so its
+# time to first step includes node boot and image pull. In the ray-logs volume: the first start
+# of the pod counts, not a container restart.
+RUN_STARTED_ENV, RUN_STARTED_FILE = "RUN_STARTED_AT_FILE", "/tmp/ray/run-started-at"
 
 
 def worker_resources(cfg: StackConfig) -> dict:
@@ -85,11 +90,14 @@ def build_cluster_spec(cfg: StackConfig) -> dict:
     pods run: raycluster_controller.go calculateStatus)."""
     facts = cfg.gpu
     head_resources = {"cpu": str(HEAD_CPU), "memory": f"{HEAD_MEMORY_GIB}Gi"}
-    head_env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}, *_pod_env(cfg)]
+    head_env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+                {"name": RUN_STARTED_ENV, "value": RUN_STARTED_FILE}, *_pod_env(cfg)]
     head_shm = max(1, int(HEAD_MEMORY_GIB * SHM_FRACTION))
     worker_shm = max(1, int(facts.memory_gib * NODE_MEMORY_FRACTION * SHM_FRACTION))
     head = _container(cfg, "ray-head", {"requests": dict(head_resources), "limits": head_resources},
                       head_env)
+    head["lifecycle"]["postStart"] = {"exec": {"command": [
+        "/bin/sh", "-c", f"[ -s {RUN_STARTED_FILE} ] || date +%s > {RUN_STARTED_FILE}"]}}
     head["ports"] = [{"containerPort": 6379, "name": "gcs"},
                      {"containerPort": 8265, "name": "dashboard"},
                      {"containerPort": 10001, "name": "client"}]
