@@ -28,9 +28,9 @@ from workloads.raycluster import build_cluster_spec
 # driver's output, is kept until the RayJob itself is deleted.
 LOGS_GRACE_S = 300
 # From the RayJob's start to its submission (RJC checkPreRunningDeadline: status.startTime +
-# this, counted while the cluster is not Ready, i.e. until every pod runs). Scale-from-zero:
-# cluster-autoscaler reacts and EC2 boots a GPU node that joins and starts its device plugins
-# (~5-10 min), then each node pulls the multi-GiB Ray Train CUDA image (~10-15 min through NAT).
+# this, counted while the cluster is not Ready, i.e. until every pod runs). Budgets, not
+# measurements, for scale-from-zero: cluster-autoscaler reacts, EC2 boots a GPU node that joins
+# and starts its device plugins; then each node pulls the multi-GiB Ray Train CUDA image.
 NODE_BOOT_S, IMAGE_PULL_S = 600, 900
 # Submission retries of the submitter Job (RJC createNewK8sJob defaults to 2; its command checks
 # `ray job status` before `ray job submit`, so a retry never submits twice: common/job.go).
@@ -88,6 +88,7 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
             # all its pods run, deleted after it (shutdownAfterJobFinishes). The deadlines then
             # end the run and free the GPUs; with clusterSelector they only mark the RayJob
             # Failed while the Ray job keeps running (RJC skips deletion for clusterSelector).
+            # No deletionStrategy: VAL rejects its deletionRules beside shutdownAfterJobFinishes.
             "rayClusterSpec": build_cluster_spec(cfg),
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": LOGS_GRACE_S,
