@@ -54,5 +54,5 @@ def run() -> None:
     pulumi.export("hourlyCostUsd", cost["hourlyCostUsd"])
     pulumi.export("hourlyCostBreakdown", cost["breakdown"])
     pulumi.export("checkpointStorage", storage.uri)
-    pulumi.export("rayCluster", cfg.name)
     pulumi.export("rayJob", ray.rayjob_name)
+    pulumi.export("rayHeadService", ray.head_service)

@@ -14,8 +14,10 @@ import json
 import logging
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
+from typing import Callable
 
 from training import quiet
 from training.config import LOCAL_DEFAULTS, ConfigError, TrainConfig
@@ -26,6 +28,13 @@ from training.ray_setup import init_ray
 from training.storage import Storage, StorageError, check_writable, resolve
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+# On a cluster (--address) workers may still be joining when the job starts: KubeRay submits once
+# every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
+# Ray never grows, so there the check fails at once.
+CAPACITY_WAIT_S, CAPACITY_POLL_S = 600.0, 10.0
+# Set on the run's Ray head (workloads/raycluster.py): a file holding the head's start (epoch
+# seconds), seconds after KubeRay creates the run's cluster, so waits count from there.
+RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
 
 
 class JobError(RuntimeError):
@@ -64,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(cfg: TrainConfig) -> dict:
+    job_started = time.time()
     vocab = _check_model_and_data(cfg)
     storage = resolve(cfg.storage_path)
     check_writable(storage)
@@ -74,11 +84,15 @@ def run(cfg: TrainConfig) -> dict:
         init_ray(cfg.address)
     try:
         use_gpu = cfg.use_gpu if cfg.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
-        _check_capacity(cfg, use_gpu, ray.cluster_resources())
+        waited = _check_capacity(cfg, use_gpu, ray.cluster_resources,
+                                 CAPACITY_WAIT_S if cfg.address else 0.0)
+        run_started = _run_started_at(job_started)
+        clock = {"run_started_at": run_started,
+                 "waited_for_workers_s": job_started - run_started + waited}
         datasets = None
         if cfg.data not in RANDOM_MODES:
             datasets = {"train": _text_dataset(cfg)}
-        result = _fit(cfg, storage, vocab, use_gpu, datasets)
+        result = _fit(cfg, storage, vocab, use_gpu, datasets, clock)
     finally:
         if started_here:
             ray.shutdown()
@@ -129,17 +143,41 @@ def _text_dataset(cfg: TrainConfig):
     return ds
 
 
-def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: dict) -> None:
-    """Fail fast instead of waiting forever for workers the cluster cannot place."""
+def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dict],
+                    wait_s: float, poll_s: float = CAPACITY_POLL_S) -> float:
+    """Wait up to `wait_s` seconds, with a progress line per poll, until the Ray cluster has a
+    slot for every worker (instead of Ray Train waiting forever); returns the seconds waited.
+    With `wait_s` 0 (a local Ray) a shortfall fails at once."""
     kind = "GPU" if use_gpu else "CPU"
-    have = int(resources.get(kind, 0))
-    if cfg.num_workers > have:
-        raise ConfigError([f"--num-workers {cfg.num_workers} needs {cfg.num_workers} {kind}s but "
-                           f"the Ray cluster has {have}; lower --num-workers or add nodes (is the "
-                           "GPU node group paused at gpuNodeCount 0?)"])
+    start = time.monotonic()
+    while (have := int(resources().get(kind, 0))) < cfg.num_workers:
+        waited = time.monotonic() - start
+        problem = f"--num-workers {cfg.num_workers} needs {cfg.num_workers} {kind}s but the " \
+                  f"Ray cluster has {have}"
+        if not wait_s:
+            raise ConfigError([f"{problem}; lower --num-workers or add nodes"])
+        if waited >= wait_s:
+            raise JobError(f"{problem} after {waited:.0f} s of waiting; see why the workers did "
+                           "not join (kubectl -n ray get pods; kubectl -n ray describe pod on a "
+                           "Pending one), or lower --num-workers")
+        print(f"waiting for workers: {have} of {cfg.num_workers} {kind}s in the Ray cluster "
+              f"({waited:.0f} s, at most {wait_s:.0f} s)", flush=True)
+        time.sleep(poll_s)
+    return time.monotonic() - start
 
 
-def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool, datasets):
+def _run_started_at(job_started: float) -> float:
+    """When this run's Ray cluster started (the head's start, see RUN_STARTED_ENV); this job's
+    own start when there is no such record (a local run, a cluster not built by this stack)."""
+    path = os.environ.get(RUN_STARTED_ENV)
+    try:
+        return min(float(Path(path).read_text()), job_started) if path else job_started
+    except (OSError, ValueError):  # not written (yet): count from the job's start
+        return job_started
+
+
+def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool, datasets,
+         clock: dict):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
@@ -148,7 +186,7 @@ def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool, d
 
     trainer = TorchTrainer(
         train_func,
-        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab},
+        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab, **clock},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
         run_config=RunConfig(name=cfg.name, storage_path=storage.path,
                              storage_filesystem=storage.filesystem,
@@ -188,6 +226,8 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
         "peak_mem_gib": m.get("peak_mem_gib"),
         "world_size": m.get("world_size"),
         "resumed_from_step": m.get("resumed_from_step"),
+        "waited_for_workers_s": m.get("waited_for_workers_s"),
+        "time_to_first_step_s": m.get("time_to_first_step_s"),
         "checkpoint": storage.display(result.checkpoint.path) if result.checkpoint else None,
         "run_dir": storage.display(run_dir),
         "nccl_transport": m.get("nccl_transport"),

@@ -47,8 +47,9 @@ def train_func(loop_config: dict) -> None:
                        engine.model.lm.config.vocab_size, position)
     info = {"world_size": world, "resumed_from_step": resumed_from, "nccl_transport": link.verdict,
             "nccl_nodes": link.nodes, "efa_preflight": preflight, "num_params": engine.num_params,
-            **dataclasses.asdict(engine.plan)}
-    _run_steps(cfg, engine, batches, position, info, rank)
+            "waited_for_workers_s": loop_config.get("waited_for_workers_s"),
+            "time_to_first_step_s": None, **dataclasses.asdict(engine.plan)}
+    _run_steps(cfg, engine, batches, position, info, rank, loop_config.get("run_started_at"))
 
 
 def _preflight(cfg: TrainConfig) -> str:
@@ -128,7 +129,7 @@ def _inject_fault(cfg: TrainConfig, step: int, info: dict, rank: int) -> None:
 
 
 def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.Position,
-               info: dict, rank: int) -> None:
+               info: dict, rank: int, run_started_at: float | None) -> None:
     world = info["world_size"]
     on_gpu = engine.device.type == "cuda"
     peak = peak_flops(torch.cuda.get_device_name(engine.device) if on_gpu else None)
@@ -149,6 +150,8 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
         if not (save or step in (first_step, cfg.steps) or step % cfg.log_every == 0):
             continue
         loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
+        if step == first_step and run_started_at is not None:  # wall clock: the run began
+            info["time_to_first_step_s"] = time.time() - run_started_at  # on another node
         step_time = clock.lap(includes_first_step=step == first_step)
         tps = clock.tokens_per_step / step_time
         first_loss = loss_value if first_loss is None else first_loss

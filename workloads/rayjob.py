@@ -1,8 +1,12 @@
-"""RayJob (ray.io/v1) that runs `python -m training` on the RayCluster.
+"""RayJob (ray.io/v1) that brings up its own Ray cluster, runs `python -m training` on it, and
+takes the cluster down when the job ends, so GPU nodes run (and bill) only while a job does.
 
 A RayJob is one-shot: changing its spec does not rerun it. Its name therefore carries a hash of
 the training code and settings: a change creates a new job (Pulumi replaces the object), an
 unchanged `pulumi up` changes nothing.
+
+What each field does is read from KubeRay v1.7.0's `ray-operator/controllers/ray/
+rayjob_controller.go` (RJC) and `utils/validation.go` (VAL).
 """
 
 from __future__ import annotations
@@ -15,10 +19,24 @@ import shlex
 import yaml
 
 from stack.config import StackConfig
-from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE
+from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE, SYSTEM_LABELS
 from training.config import TrainConfig
 from training.flags import render
 from workloads.code_bundle import CodeBundle
+from workloads.raycluster import build_cluster_spec
+
+# After the job ends (RJC handleShutdownAfterJobFinishes: status.endTime + this), the cluster is
+# deleted; until then its dashboard and Ray logs can still be read. The submitter Job, with the
+# driver's output, is kept until the RayJob itself is deleted.
+LOGS_GRACE_S = 300
+# From the RayJob's start to its submission (RJC checkPreRunningDeadline: status.startTime +
+# this, counted while the cluster is not Ready, i.e. until every pod runs). Budgets, not
+# measurements, for scale-from-zero: cluster-autoscaler reacts, EC2 boots a GPU node that joins
+# and starts its device plugins; then each node pulls the multi-GiB Ray Train CUDA image.
+NODE_BOOT_S, IMAGE_PULL_S = 600, 900
+# Submission retries of the submitter Job (RJC createNewK8sJob defaults to 2; its command checks
+# `ray job status` before `ray job submit`, so a retry never submits twice: common/job.go).
+SUBMITTER_RETRIES = 2
 
 
 def run_name(cfg: StackConfig) -> str:
@@ -52,6 +70,12 @@ def job_hash(bundle: CodeBundle, cfg: StackConfig, storage_uri: str) -> str:
     return h.hexdigest()[:JOB_HASH_LEN]
 
 
+def head_service(rayjob_name: str) -> str:
+    """The per-run cluster's head Service (dashboard :8265), named after the RayJob, not the
+    cluster (utils.GenerateHeadServiceName for RayJobCRD, common/job.go BuildHeadServiceForRayJob)."""
+    return f"{rayjob_name}-head-svc"
+
+
 def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict:
     name = f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
     runtime_env = {"working_dir": CODE_MOUNT}
@@ -63,15 +87,21 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "entrypoint": shlex.join(entrypoint_args(cfg, storage_uri)),
-            # Run on the stack's long-lived RayCluster rather than a per-job cluster: the GPU
-            # nodes and the pulled image stay warm between jobs.
-            "clusterSelector": {"ray.io/cluster": cfg.name},
-            "runtimeEnvYAML": yaml.safe_dump(runtime_env, sort_keys=True),
+            # A cluster of its own (no clusterSelector): created with the job, submitted to once
+            # all its pods run, deleted after it (shutdownAfterJobFinishes). The deadlines then
+            # end the run and free the GPUs; with clusterSelector they only mark the RayJob
+            # Failed while the Ray job keeps running (RJC skips deletion for clusterSelector).
+            # No deletionStrategy: VAL rejects its deletionRules beside shutdownAfterJobFinishes.
+            "rayClusterSpec": build_cluster_spec(cfg),
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": LOGS_GRACE_S,
             "activeDeadlineSeconds": cfg.job_deadline_seconds,
-            "preRunningDeadlineSeconds": 1800,
-            "submitterConfig": {"backoffLimit": 0},
+            "preRunningDeadlineSeconds": NODE_BOOT_S + IMAGE_PULL_S,
+            "runtimeEnvYAML": yaml.safe_dump(runtime_env, sort_keys=True),
+            "submitterConfig": {"backoffLimit": SUBMITTER_RETRIES},
             "submitterPodTemplate": {"spec": {
                 "restartPolicy": "Never",
+                "nodeSelector": dict(SYSTEM_LABELS),
                 "containers": [{
                     "name": "ray-job-submitter",
                     "image": cfg.image,

@@ -33,6 +33,9 @@ class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
     def RegisterResource(self, request):
         self.recorder.depends[request.name] = {u.rsplit("::", 1)[1] for u in request.dependencies}
         self.recorder.parents[request.name] = request.parent.rsplit("::", 1)[1] if request.parent else None
+        self.recorder.options[request.name] = {
+            "deleteBeforeReplace": request.deleteBeforeReplace,
+            "replaceOnChanges": list(request.replaceOnChanges)}
         return super().RegisterResource(request)
 
 
@@ -49,6 +52,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.exports: dict = {}  # stack output -> resolved value
         self.secret_exports: set[str] = set()
         self.parents: dict[str, str | None] = {}
+        self.options: dict[str, dict] = {}  # resource name -> the resource options that matter
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append(Recorded(args.typ, args.name, dict(args.inputs)))

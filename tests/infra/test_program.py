@@ -26,7 +26,7 @@ def test_every_stack_file_deploys_the_full_graph(path):
     for typ in ("aws:ec2/vpc:Vpc", "aws:ec2/natGateway:NatGateway", "eks:index:Cluster",
                 "aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/placementGroup:PlacementGroup",
                 "aws:s3/bucket:Bucket", "aws:eks/podIdentityAssociation:PodIdentityAssociation",
-                "kubernetes:ray.io/v1:RayCluster"):
+                "kubernetes:core/v1:ConfigMap"):  # the Ray workloads (a RayJob only if runJob)
         assert m.of_type(typ), typ
     assert len(m.of_type(EKS_MNG)) == 2 and len(m.of_type("kubernetes:helm.sh/v3:Release")) == 3
     assert len(m.of_type("aws:ec2/natGateway:NatGateway")) == 1  # one NAT: cost
@@ -97,10 +97,10 @@ def test_pausing_scales_gpu_nodes_and_ray_workers_to_zero_and_keeps_everything_e
     paused = run_program(DEV, {"gpuNodeCount": "0"})
     scaling = paused.one(EKS_MNG, "gpu").inputs["scalingConfig"]
     assert scaling["desiredSize"] == 0 and scaling["minSize"] == 0 and scaling["maxSize"] >= 1
-    worker = paused.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]["workerGroupSpecs"][0]
-    assert worker["replicas"] == 0
+    assert not paused.of_type("kubernetes:ray.io/v1:RayJob")  # a run needs GPU nodes
     running = run_program(DEV)
-    assert sorted(r.type for r in paused.resources) == sorted(r.type for r in running.resources)
+    assert sorted(r.type for r in paused.resources) == sorted(
+        r.type for r in running.resources if r.type != "kubernetes:ray.io/v1:RayJob")
 
 
 def test_capacity_reservation_goes_into_the_launch_template():
@@ -173,11 +173,9 @@ def test_helm_releases_pinned_on_the_right_nodes_and_ordered(dev):
 
 
 def test_destroy_order_workloads_before_operator_before_node_groups(dev):
-    # Pulumi deletes dependents first: RayJob/RayCluster (finalizers) go while the operator runs,
-    # the operator and plugins while the nodes run.
-    assert dev.depends_on("ray-raycluster", "addons-kuberay-operator")
+    # Pulumi deletes dependents first: the RayJob (finalizer; its cluster goes with it) while
+    # the operator runs, the operator and plugins while the nodes run.
     assert dev.depends_on("ray-rayjob", "addons-kuberay-operator")
-    assert dev.depends_on("ray-rayjob", "ray-raycluster")
     for addon in ("addons-kuberay-operator", "addons-nvidia-device-plugin",
                   "addons-aws-efa-k8s-device-plugin"):
         assert dev.depends_on(addon, "eks-gpu") and dev.depends_on(addon, "eks-system")
@@ -185,7 +183,8 @@ def test_destroy_order_workloads_before_operator_before_node_groups(dev):
 
 def test_run_job_switch_deploys_infrastructure_only():
     m = run_program(DEV, {"runJob": "false"})
-    assert not m.of_type("kubernetes:ray.io/v1:RayJob") and m.of_type("kubernetes:ray.io/v1:RayCluster")
+    assert not m.of_type("kubernetes:ray.io/v1:RayJob")
+    assert not m.of_type("kubernetes:ray.io/v1:RayCluster")  # no long-lived cluster either
 
 
 def test_hub_token_becomes_a_kubernetes_secret_only_when_set(dev):
