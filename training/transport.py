@@ -34,7 +34,6 @@ class TransportError(RuntimeError):
 class TransportResult:
     verdict: str
     nodes: int | None
-    evidence: list[str]
     message: str | None  # set when the verdict is a problem
 
 
@@ -56,7 +55,7 @@ def check_transport(log_path: Path | None, device: torch.device, expect: str,
     """Collective: warm up NCCL, classify every rank's log, fail or warn on a bad verdict."""
     dist.all_reduce(torch.ones(1, device=device))
     if dist.get_backend() != "nccl" or log_path is None:
-        return TransportResult(NOT_USED, None, [], None)
+        return TransportResult(NOT_USED, None, None)
     torch.cuda.synchronize(device)
     facts = nccl.parse(log_path.read_text(errors="replace").splitlines()) if log_path.exists() \
         else nccl.Facts()
@@ -77,7 +76,7 @@ def decide(facts: nccl.Facts, expect: str, on_fallback: str) -> TransportResult:
     message = nccl.explain(v, facts) if problem else None
     if problem and on_fallback == "fail":
         raise TransportError(message)
-    return TransportResult(v, report["nodes"], report["evidence"], message)
+    return TransportResult(v, report["nodes"], message)
 
 
 def efa_preflight() -> list[str]:
