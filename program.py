@@ -9,10 +9,13 @@ import pulumi_kubernetes as k8s
 
 from stack import pulumi_config
 from infra import existing
+from infra.autoscaler import AutoscalerIdentity
 from infra.cluster import Cluster
 from infra.cost import hourly_cost
 from infra.network import Network, lookup_zones
 from infra.storage import CheckpointStorage
+from stack.catalog import KUBERNETES_RELEASES
+from workloads import helm_values
 from workloads.addons import Addons
 from workloads.code_bundle import bundle
 from stack.kube import NAMESPACE, SERVICE_ACCOUNT
@@ -26,28 +29,34 @@ def run() -> None:
     cfg = pulumi_config.load()
     code = bundle(REPO)
     hf_token = pulumi.Config().get_secret("hfToken")
+    profile = pulumi.Config("aws").get("profile")  # the Kubernetes provider authenticates with it
 
     if cfg.existing_cluster_name:
-        cluster_name, kubeconfig = existing.lookup(cfg.existing_cluster_name, cfg.region)
-        node_groups: list[pulumi.Resource] = []
-        gpu_zone, node_group_names = None, {}
+        cluster_name, kubeconfig, user_kubeconfig = existing.lookup(
+            cfg.existing_cluster_name, cfg.region, profile)
+        addon_deps: list[pulumi.Resource] = []
+        gpu_zone, node_group_names, autoscaler_values = None, {}, None
     else:
         network = Network("net", cfg, lookup_zones(cfg))
-        cluster = Cluster("eks", cfg, network)
+        cluster = Cluster("eks", cfg, network, profile)
         cluster_name, kubeconfig = cluster.cluster_name, cluster.kubeconfig
-        node_groups = [cluster.system_nodes, cluster.gpu_nodes]
+        user_kubeconfig = cluster.user_kubeconfig
+        autoscaler = AutoscalerIdentity("autoscaler", cfg, cluster_name)
+        addon_deps = [cluster.system_nodes, cluster.gpu_nodes, autoscaler.association]
         gpu_zone = network.gpu_zone
         node_group_names = {"system": f"{cfg.name}-system", "gpu": f"{cfg.name}-gpu"}
+        autoscaler_values = helm_values.cluster_autoscaler(
+            cluster_name, cfg.region, KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler)
 
     provider = k8s.Provider("k8s", kubeconfig=kubeconfig, enable_server_side_apply=True)
     storage = CheckpointStorage("ckpt", cfg, cluster_name, NAMESPACE, SERVICE_ACCOUNT)
-    addons = Addons("addons", provider, depends_on=node_groups)
+    addons = Addons("addons", provider, depends_on=addon_deps, autoscaler_values=autoscaler_values)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
                        opts=pulumi.ResourceOptions(depends_on=[storage]))
 
     cost = hourly_cost(cfg)
     pulumi.export("clusterName", cluster_name)
-    pulumi.export("kubeconfig", kubeconfig)
+    pulumi.export("kubeconfig", user_kubeconfig)
     pulumi.export("region", cfg.region)
     pulumi.export("gpuAvailabilityZone", gpu_zone)
     pulumi.export("nodeGroups", node_group_names)

@@ -6,18 +6,21 @@ import pulumi
 import pulumi_aws as aws
 
 from stack.config import StackConfig
-from infra.zones import choose_zones, subnet_cidrs
+from infra.zones import REGULAR_ZONES_FILTER, choose_zones, subnet_cidrs
 
 
 def lookup_zones(cfg: StackConfig) -> list[str]:
     """The two zones, GPU zone first, from what this Region offers; raises NetworkError. Called
     before any resource is declared, so a Region without the GPU type builds nothing."""
-    offering = aws.ec2.get_instance_type_offerings(
-        location_type="availability-zone",
-        filters=[{"name": "instance-type", "values": [cfg.gpu_instance_type]}])
-    available = aws.get_availability_zones(state="available").names
-    return choose_zones(cfg.gpu_availability_zone, list(offering.locations), list(available),
-                        cfg.gpu_instance_type)
+    def offering(instance_type: str) -> list[str]:
+        return list(aws.ec2.get_instance_type_offerings(
+            location_type="availability-zone",
+            filters=[{"name": "instance-type", "values": [instance_type]}]).locations)
+
+    zones = aws.get_availability_zones(state="available", filters=[REGULAR_ZONES_FILTER])
+    return choose_zones(cfg.gpu_availability_zone, dict(zip(zones.names, zones.zone_ids)),
+                        offering(cfg.gpu_instance_type), offering(cfg.system_instance_type),
+                        cfg.gpu_instance_type, cfg.system_instance_type)
 
 
 class Network(pulumi.ComponentResource):

@@ -237,6 +237,10 @@ def validate(cfg: StackConfig) -> list[str]:
                      f"use at most {limit - suffix} characters")
     if not _K8S_VERSION.match(cfg.kubernetes_version):
         p.append(f"kubernetesVersion: {cfg.kubernetes_version!r} is not a version like \"1.34\"")
+    elif cfg.kubernetes_version not in catalog.KUBERNETES_RELEASES:
+        p.append(f"kubernetesVersion: {cfg.kubernetes_version} has no add-on and cluster-autoscaler "
+                 f"versions in stack/catalog.py KUBERNETES_RELEASES (known: "
+                 f"{', '.join(catalog.KUBERNETES_RELEASES)}); add them or use a known version")
     p += _check_cidr("vpcCidr", cfg.vpc_cidr, min_prefix=16, max_prefix=20)
     for cidr in cfg.api_public_cidrs:
         p += _check_cidr("apiPublicCidrs", cidr)
@@ -271,6 +275,16 @@ def validate(cfg: StackConfig) -> list[str]:
     if cfg.capacity_reservation and cfg.capacity_block:
         p.append("capacityReservation and capacityBlock: both set; a node group uses one or the "
                  "other, remove one")
+    if cfg.reserved and not cfg.gpu_availability_zone:
+        p.append("gpuAvailabilityZone: required with a capacityReservation or capacityBlock: the "
+                 "reservation lives in one zone and its instances launch only there; set it to "
+                 f"that zone (aws ec2 describe-capacity-reservations --capacity-reservation-ids "
+                 f"{cfg.reserved.id} --query 'CapacityReservations[0].AvailabilityZone')")
+    if cfg.capacity_block and facts is not None and not facts.capacity_blocks:
+        p.append(f"capacityBlock: {cfg.gpu_instance_type} is not known to be sold as EC2 Capacity "
+                 f"Blocks (known: {', '.join(k for k, v in catalog.INSTANCES.items() if v.capacity_blocks)}); "
+                 "use capacityReservation for an on-demand reservation, or mark the type "
+                 "capacity_blocks=True in stack/catalog.py INSTANCES if EC2 now sells it so")
     for key, res in (("capacityReservation", cfg.capacity_reservation),
                      ("capacityBlock", cfg.capacity_block)):
         if res is None:

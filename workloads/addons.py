@@ -1,4 +1,5 @@
-"""Cluster add-ons: KubeRay (with its CRDs from the pinned release), NVIDIA and EFA device plugins."""
+"""Cluster add-ons: KubeRay (with its CRDs from the pinned release), NVIDIA and EFA device plugins,
+and cluster-autoscaler for the GPU nodes of a cluster this stack owns."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class Addons(pulumi.ComponentResource):
     it goes first, while nodes still run its finalizers."""
 
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
+                 autoscaler_values: dict | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:workloads:Addons", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
@@ -31,6 +33,8 @@ class Addons(pulumi.ComponentResource):
                                     base, skip_await=True)
         self.efa = self._release(name, "aws-efa-k8s-device-plugin", helm_values.efa_device_plugin(),
                                  base, skip_await=True)
+        if autoscaler_values is not None:
+            self._release(name, "cluster-autoscaler", autoscaler_values, base)
         self.register_outputs({})
 
     def _release(self, name: str, chart_key: str, values: dict, opts: pulumi.ResourceOptions,

@@ -56,6 +56,13 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
      "capacityReservation and capacityBlock", "remove one"),
     ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 1})},
      "gpuNodeCount", "do not fit capacityReservation"),
+    # A reservation lives in one zone: its instances cannot launch in the zone we would pick.
+    ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 2})},
+     "gpuAvailabilityZone", "required with a capacityReservation or capacityBlock"),
+    ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 2}),
+      "gpuAvailabilityZone": "us-west-2b"}, "capacityBlock",
+     "g6.12xlarge is not known to be sold as EC2 Capacity Blocks (known: p5.48xlarge)"),
+    ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "KUBERNETES_RELEASES (known: 1.34, 1.35)"),
     ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0"})}, "capacityBlock", "instanceCount"),
     ({"image": "public.ecr.aws/x/ray"}, "image", "needs a tag"),
     ({"adminPrincipalArn": "arn:aws:iam::12:role/x"}, "adminPrincipalArn", "not an IAM role"),
