@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 
 import pulumi
@@ -54,13 +55,14 @@ def run() -> None:
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
                        opts=pulumi.ResourceOptions(depends_on=[storage]))
 
-    cost = hourly_cost(cfg)
+    cost = hourly_cost(cfg, date.today())
     pulumi.export("clusterName", cluster_name)
     pulumi.export("kubeconfig", user_kubeconfig)
     pulumi.export("region", cfg.region)
     pulumi.export("gpuAvailabilityZone", gpu_zone)
     pulumi.export("nodeGroups", node_group_names)
-    pulumi.export("hourlyCostUsd", cost["hourlyCostUsd"])
+    pulumi.export("idleCostUsdPerHour", cost["idleUsdPerHour"])  # no job: no GPU node
+    pulumi.export("runCostUsdPerHour", cost["runUsdPerHour"])  # while a run holds its GPU nodes
     pulumi.export("hourlyCostBreakdown", cost["breakdown"])
     pulumi.export("checkpointStorage", storage.uri)
     pulumi.export("rayCluster", cfg.name)

@@ -322,9 +322,11 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
     assert out["clusterName"] == "ray-train-dev" and out["region"] == "us-west-2"
     assert out["gpuAvailabilityZone"] == "us-west-2b"
     assert out["nodeGroups"] == {"system": "ray-train-dev-system", "gpu": "ray-train-dev-gpu"}
-    assert out["hourlyCostUsd"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
-    assert set(out["hourlyCostBreakdown"]) == {"gpuNodes", "systemNodes", "eksControlPlane",
-                                               "natGateway"}
+    assert out["runCostUsdPerHour"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
+    assert out["idleCostUsdPerHour"] == pytest.approx(
+        out["runCostUsdPerHour"] - out["hourlyCostBreakdown"]["gpuNodesDuringRun"])
+    assert set(out["hourlyCostBreakdown"]) == {"gpuNodesDuringRun", "systemNodes",
+                                               "eksControlPlane", "natGateway"}
     assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
     assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import pytest
 
@@ -83,17 +84,38 @@ def test_every_problem_is_reported_at_once():
         assert any(p.startswith(key) for p in found), (key, found)
 
 
-def test_paused_stack_is_valid_and_costs_no_gpu():
+def test_cost_idle_and_during_a_run():
     from infra.cost import hourly_cost
 
-    cfg = parse({"gpuNodeCount": "0"}, "us-west-2")
-    assert cfg.paused and cfg.num_workers == 0
-    cost = hourly_cost(cfg)
-    assert cost["breakdown"]["gpuNodes"] == 0
-    running = hourly_cost(parse({}, "us-west-2"))
+    before_extended = date(2026, 11, 30)
+    cost = hourly_cost(parse({}, "us-west-2"), before_extended)
     # The reference quotes ~9.50 USD/h for 2x g6.12xlarge + system node + EKS + NAT.
-    assert 9.0 < running["hourlyCostUsd"] < 10.0
-    assert running["hourlyCostUsd"] == pytest.approx(sum(running["breakdown"].values()))
+    assert 9.0 < cost["runUsdPerHour"] < 10.0
+    assert cost["runUsdPerHour"] == pytest.approx(sum(cost["breakdown"].values()))
+    assert cost["idleUsdPerHour"] == pytest.approx(
+        cost["runUsdPerHour"] - cost["breakdown"]["gpuNodesDuringRun"])
+    assert cost["idleUsdPerHour"] < 0.5  # control plane, NAT gateway and one m7i.xlarge
+    none = hourly_cost(parse({"gpuNodeCount": "0"}, "us-west-2"), before_extended)
+    assert none["runUsdPerHour"] == none["idleUsdPerHour"]
+
+
+@pytest.mark.parametrize("version, today, price", [
+    ("1.34", date(2026, 12, 2), 0.10),  # last day of standard support
+    ("1.34", date(2026, 12, 3), 0.60),  # extended support from then on
+    ("1.35", date(2026, 12, 3), 0.10),
+])
+def test_control_plane_price_follows_the_version_support(version, today, price):
+    from infra.cost import hourly_cost
+
+    cost = hourly_cost(parse({"kubernetesVersion": version}, "us-west-2"), today)
+    assert cost["breakdown"]["eksControlPlane"] == price
+
+
+def test_default_kubernetes_version_is_in_standard_support_for_months():
+    from stack.catalog import KUBERNETES_RELEASES
+
+    version = parse({}, "us-west-2").kubernetes_version
+    assert KUBERNETES_RELEASES[version].standard_support_end >= date(2027, 3, 1)
 
 
 def test_gpu_family_is_a_config_change():
