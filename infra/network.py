@@ -42,7 +42,7 @@ class Network(pulumi.ComponentResource):
         self.private_subnets = [self._subnet(name, "private", i, zone, cidrs[len(self.zones) + i],
                                              tags, {"kubernetes.io/role/internal-elb": "1"})
                                 for i, zone in enumerate(self.zones)]
-        self._create_routes(name, tags)
+        self._create_routes(name, cfg.region, tags)
         self.gpu_subnet_id = self.private_subnets[0].id
         self.register_outputs({"vpc_id": self.vpc.id, "gpu_zone": self.gpu_zone})
 
@@ -54,7 +54,7 @@ class Network(pulumi.ComponentResource):
                                                              "Name": f"{name}-{kind}-{zone}"},
             opts=pulumi.ResourceOptions(parent=self))
 
-    def _create_routes(self, name: str, tags: dict) -> None:
+    def _create_routes(self, name: str, region: str, tags: dict) -> None:
         child = pulumi.ResourceOptions(parent=self)
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child)
         public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=self.vpc.id, tags=tags, routes=[
@@ -71,3 +71,9 @@ class Network(pulumi.ComponentResource):
             for i, subnet in enumerate(subnets):
                 aws.ec2.RouteTableAssociation(f"{name}-{kind}-rt-{i}", subnet_id=subnet.id,
                                               route_table_id=table.id, opts=child)
+        # Checkpoints and image layers (ECR serves layers from S3) reach S3 without the NAT
+        # gateway: no per-GB NAT processing charge and no NAT throughput ceiling. A gateway
+        # endpoint itself costs nothing.
+        aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{region}.s3",
+                            vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id], tags=tags,
+                            opts=child)

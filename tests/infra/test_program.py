@@ -226,6 +226,20 @@ def test_configured_zone_that_lacks_the_type_is_rejected():
         run_program(DEV, {"gpuAvailabilityZone": "us-west-2a"})
 
 
+def test_private_subnets_reach_s3_through_a_gateway_endpoint(dev):
+    endpoint = dev.one("aws:ec2/vpcEndpoint:VpcEndpoint").inputs
+    assert endpoint["serviceName"] == "com.amazonaws.us-west-2.s3"
+    assert endpoint["vpcEndpointType"] == "Gateway"
+    assert endpoint["routeTableIds"] == ["net-private-rt-id"]
+
+
+@pytest.mark.parametrize("force, retained", [("false", True), ("true", False)])
+def test_destroy_keeps_the_bucket_unless_told_to_empty_it(force, retained):
+    m = run_program(DEV, {"forceDestroyBucket": force})
+    assert m.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is (force == "true")
+    assert m.options["ckpt-checkpoints"]["retainOnDelete"] is retained
+
+
 def test_bucket_is_private_encrypted_and_pods_reach_only_it(dev):
     assert dev.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is True  # dev stack setting
     pab = dev.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
