@@ -33,8 +33,7 @@ def run() -> None:
     profile = pulumi.Config("aws").get("profile")  # the Kubernetes provider authenticates with it
 
     if cfg.existing_cluster_name:
-        cluster_name, kubeconfig, user_kubeconfig = existing.lookup(
-            cfg.existing_cluster_name, cfg.region, profile)
+        cluster_name, kubeconfig, user_kubeconfig = existing.lookup(cfg, profile)
         addon_deps: list[pulumi.Resource] = []
         gpu_zone, node_group_names, autoscaler_values = None, {}, None
     else:
@@ -50,8 +49,17 @@ def run() -> None:
             cluster_name, cfg.region, KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler)
 
     provider = k8s.Provider("k8s", kubeconfig=kubeconfig, enable_server_side_apply=True)
+    crd_provider = None
+    if cfg.existing_cluster_name:
+        # KubeRay's CRDs may be there already: pulumi-kubernetes >= 4.29 creates with a plain POST
+        # and fails on AlreadyExists unless told to adopt (CHANGELOG 4.29.0). Only the CRDs:
+        # anything else of that name on a shared cluster is not ours to take over.
+        crd_provider = k8s.Provider("k8s-crds", kubeconfig=kubeconfig, enable_server_side_apply=True,
+                                    upsert_existing_objects=True)
     storage = CheckpointStorage("ckpt", cfg, cluster_name, NAMESPACE, SERVICE_ACCOUNT)
-    addons = Addons("addons", provider, depends_on=addon_deps, autoscaler_values=autoscaler_values)
+    addons = Addons("addons", provider, depends_on=addon_deps,
+                    system_node_selector=dict(cfg.system_node_selector),
+                    autoscaler_values=autoscaler_values, crd_provider=crd_provider)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
                        opts=pulumi.ResourceOptions(depends_on=[storage]))
 

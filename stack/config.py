@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 
 from stack import catalog
 from stack.kube import EKS_NAME_MAX, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX
+from stack.kube import GPU_LABELS, SYSTEM_LABELS
 from training.config import InputError
 MAX_GPU_NODES = 64
 MAX_SYSTEM_NODES = 10
@@ -78,6 +79,11 @@ class StackConfig:
     api_private_only: bool = False
     root_volume_gib: int = MIN_ROOT_VOLUME_GIB
     existing_cluster_name: str | None = None
+    # Where the pods go: this stack's own node groups carry the defaults (stack/kube.py); on an
+    # existing cluster, the labels its node groups carry.
+    system_node_selector: Mapping[str, str] = field(default_factory=lambda: dict(SYSTEM_LABELS))
+    gpu_node_selector: Mapping[str, str] = field(
+        default_factory=lambda: {"role": GPU_LABELS["role"]})
     run_job: bool = True
     strict_efa: bool = False
     force_destroy_bucket: bool = False
@@ -142,6 +148,8 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "apiPrivateOnly": (_bool, "api_private_only"),
     "rootVolumeGib": (_int, "root_volume_gib"),
     "existingClusterName": (_str, "existing_cluster_name"),
+    "systemNodeSelector": (_json, "system_node_selector"),
+    "gpuNodeSelector": (_json, "gpu_node_selector"),
     "runJob": (_bool, "run_job"),
     "strictEfa": (_bool, "strict_efa"),
     "forceDestroyBucket": (_bool, "force_destroy_bucket"),
@@ -301,6 +309,16 @@ def validate(cfg: StackConfig) -> list[str]:
                  "(arn:aws:iam::123456789012:role/NAME)")
     if cfg.existing_cluster_name and not _DNS_LABEL.match(cfg.existing_cluster_name.lower()):
         p.append(f"existingClusterName: {cfg.existing_cluster_name!r} is not an EKS cluster name")
+    for key, selector, default in (
+            ("systemNodeSelector", cfg.system_node_selector, SYSTEM_LABELS),
+            ("gpuNodeSelector", cfg.gpu_node_selector, {"role": GPU_LABELS["role"]})):
+        if not (isinstance(selector, dict) and selector
+                and all(isinstance(v, str) for v in selector.values())):
+            p.append(f"{key}: expected a non-empty mapping of label to value, e.g. "
+                     f"{json.dumps(default)}")
+        elif selector != default and not cfg.existing_cluster_name:
+            p.append(f"{key}: only with existingClusterName; this stack's own node groups carry "
+                     f"{json.dumps(default)}: remove {key}")
     t = cfg.training
     for key, value, low in (("steps", t.steps, 1), ("seqLen", t.seq_len, 1),
                             ("microBatchSize", t.micro_batch_size, 1),

@@ -16,17 +16,23 @@ class Addons(pulumi.ComponentResource):
     it goes first, while nodes still run its finalizers."""
 
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
-                 autoscaler_values: dict | None = None,
+                 system_node_selector: dict[str, str], autoscaler_values: dict | None = None,
+                 crd_provider: k8s.Provider | None = None,
                  opts: pulumi.ResourceOptions | None = None):
+        """`crd_provider`: one that adopts existing objects, for a cluster that may already have
+        KubeRay's CRDs; `autoscaler_values`: install cluster-autoscaler (own cluster only)."""
         super().__init__("eksraytrain:workloads:Addons", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
         kuberay = CHARTS["kuberay-operator"]
         # Helm installs crds/ once and never upgrades them; applying the pinned release's CRDs
         # ourselves (server-side: they exceed the 256 KiB last-applied annotation) upgrades them
         # with the pinned version.
+        crd_opts = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
+            provider=crd_provider or provider))
         self.crds = [k8s.yaml.v2.ConfigFile(f"{name}-crd-{url.rsplit('/', 1)[1]}", file=url,
-                                            opts=base) for url in kuberay_crd_urls(kuberay.version)]
-        self.kuberay = self._release(name, "kuberay-operator", helm_values.kuberay_operator(),
+                                            opts=crd_opts) for url in kuberay_crd_urls(kuberay.version)]
+        self.kuberay = self._release(name, "kuberay-operator",
+                                     helm_values.kuberay_operator(system_node_selector),
                                      pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
                                          depends_on=[*depends_on, *self.crds])), skip_crds=True)
         self.nvidia = self._release(name, "nvidia-device-plugin", helm_values.nvidia_device_plugin(),

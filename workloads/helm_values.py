@@ -11,9 +11,9 @@ from stack.kube import AUTOSCALER_SERVICE_ACCOUNT, GPU_LABELS, GPU_TOLERATION, S
 SCALE_DOWN_AFTER = "2m"
 
 
-def kuberay_operator() -> dict:
+def kuberay_operator(node_selector: dict[str, str]) -> dict:
     """On the system node. CRDs come from the pinned release (see workloads/addons.py)."""
-    return {"nodeSelector": dict(SYSTEM_LABELS),
+    return {"nodeSelector": dict(node_selector),
             "resources": {"requests": {"cpu": "100m", "memory": "512Mi"},
                           "limits": {"cpu": "100m", "memory": "512Mi"}}}
 

@@ -50,6 +50,8 @@ class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
         self.recorder.depends[request.name] = {u.rsplit("::", 1)[1] for u in request.dependencies}
         self.recorder.parents[request.name] = request.parent.rsplit("::", 1)[1] if request.parent else None
         self.recorder.ignore_changes[request.name] = list(request.ignoreChanges)
+        refs = [request.provider, *request.providers.values()]
+        self.recorder.providers[request.name] = {r.split("::")[-2] for r in refs if r}  # URN::id
         self.recorder.options[request.name] = {
             "retainOnDelete": request.retainOnDelete,
             "deleteBeforeReplace": request.deleteBeforeReplace}
@@ -74,7 +76,17 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.secret_exports: set[str] = set()
         self.parents: dict[str, str | None] = {}
         self.ignore_changes: dict[str, list[str]] = {}
+        # An existing cluster as EKS describes it: node groups with the labels and taints this
+        # program's own would carry, and its add-ons.
+        self.existing_node_groups = {
+            "system": {"labels": {"role": "system"}, "taints": []},
+            "gpu": {"labels": {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
+                               "vpc.amazonaws.com/efa.present": "true"},
+                    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]},
+        }
+        self.existing_addons = {"eks-pod-identity-agent", "coredns", "vpc-cni"}
         self.options: dict[str, dict] = {}
+        self.providers: dict[str, set[str]] = {}  # resource -> names of its explicit providers
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append(Recorded(args.typ, args.name, dict(args.inputs)))
@@ -112,6 +124,21 @@ class RecordingMocks(pulumi.runtime.Mocks):
                     "id": account}
         if args.token == "aws:iam/getSessionContext:getSessionContext":
             return _session_context(args.args["arn"])
+        if args.token == "aws:eks/getNodeGroups:getNodeGroups":
+            return {"clusterName": args.args["clusterName"], "id": args.args["clusterName"],
+                    "names": sorted(self.existing_node_groups)}
+        if args.token == "aws:eks/getNodeGroup:getNodeGroup":
+            group = self.existing_node_groups[args.args["nodeGroupName"]]
+            return {"clusterName": args.args["clusterName"], "id": args.args["nodeGroupName"],
+                    "nodeGroupName": args.args["nodeGroupName"], **group}
+        if args.token == "aws:eks/getAddon:getAddon":
+            if args.args["addonName"] not in self.existing_addons:
+                # A failed invoke, with the text the aws provider gives DescribeAddon's
+                # ResourceNotFoundException (terraform-provider-aws: retry.NotFoundError).
+                return {}, [("", f"reading EKS Add-On ({args.args['clusterName']}:"
+                                 f"{args.args['addonName']}): couldn't find resource")]
+            return {"addonName": args.args["addonName"], "clusterName": args.args["clusterName"],
+                    "addonVersion": "v1.3.10-eksbuild.3", "id": args.args["addonName"]}
         if args.token == "aws:eks/getCluster:getCluster":
             return {"name": args.args["name"], "endpoint": "https://eks.example",
                     "certificateAuthorities": [{"data": "Y2E="}],

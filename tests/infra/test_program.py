@@ -162,9 +162,10 @@ def _exec_args(kubeconfig: str) -> list[str]:
                          ids=["own-cluster", "existing-cluster"])
 def test_kubernetes_provider_authenticates_with_the_stack_profile(overrides):
     m = run_program(DEV, overrides, aws_config={"profile": "ml-platform"})
-    provider = m.one("pulumi:providers:kubernetes", "k8s").inputs["kubeconfig"]
-    args = _exec_args(provider.get("value") if isinstance(provider, dict) else provider)  # secret
-    assert args[args.index("--profile") + 1] == "ml-platform"
+    for provider in m.of_type("pulumi:providers:kubernetes"):  # k8s, and k8s-crds when adopting
+        config = provider.inputs["kubeconfig"]
+        args = _exec_args(config.get("value") if isinstance(config, dict) else config)  # secret
+        assert args[args.index("--profile") + 1] == "ml-platform"
     assert "--profile" not in _exec_args(m.exports["kubeconfig"])  # for people: their own creds
     assert "--profile" not in _exec_args(run_program(DEV, overrides).exports["kubeconfig"])
 
@@ -350,9 +351,53 @@ def test_existing_cluster_mode_deploys_only_addons_and_workloads():
     types = {r.type for r in m.resources}
     assert not types & {"eks:index:Cluster", NODE_GROUP, "aws:ec2/vpc:Vpc"}
     assert len(m.of_type("kubernetes:helm.sh/v3:Release")) == 3
+    assert not m.of_type("kubernetes:helm.sh/v3:Release", "cluster-autoscaler")
     assert m.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt").inputs[
         "clusterName"] == "shared-gpu"
-    assert not m.of_type("kubernetes:helm.sh/v3:Release", "cluster-autoscaler")
+
+
+def test_existing_cluster_adopts_kuberay_crds_that_are_already_there(dev):
+    """pulumi-kubernetes >= 4.29 creates with a plain POST: an existing CRD is AlreadyExists
+    unless the provider upserts. Only the CRDs go through that provider."""
+    m = run_program(DEV, {"existingClusterName": "shared-gpu"})
+    upsert = m.one("pulumi:providers:kubernetes", "k8s-crds").inputs
+    assert upsert["upsertExistingObjects"] in (True, "true")
+    crds = [r.name for r in m.of_type("kubernetes:yaml/v2:ConfigFile")]
+    assert len(crds) == 3 and all(m.providers[c] == {"k8s-crds"} for c in crds)
+    assert m.providers["addons-kuberay-operator"] == {"k8s"}
+    # A cluster this stack creates has no CRDs yet: one provider, no upsert anywhere.
+    assert not dev.of_type("pulumi:providers:kubernetes", "k8s-crds")
+
+
+def test_existing_cluster_node_selectors_are_configurable():
+    m = run_program(DEV, {"existingClusterName": "shared-gpu",
+                          "systemNodeSelector": json.dumps({"pool": "general"})},
+                    mocks=_existing(system={"labels": {"pool": "general"}, "taints": []}))
+    operator = m.one("kubernetes:helm.sh/v3:Release", "kuberay").inputs
+    assert operator["values"]["nodeSelector"] == {"pool": "general"}
+
+
+def _existing(**groups) -> RecordingMocks:
+    mocks = RecordingMocks("us-west-2")
+    mocks.existing_node_groups.update(groups)
+    return mocks
+
+
+def test_existing_cluster_that_lacks_labels_taint_or_pod_identity_fails_before_any_resource():
+    from infra.existing import ExistingClusterError
+
+    mocks = _existing(gpu={"labels": {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
+                                      "vpc.amazonaws.com/efa.present": "true"}, "taints": []},
+                      system={"labels": {"team": "a"}, "taints": []})
+    mocks.existing_addons.discard("eks-pod-identity-agent")
+    with pytest.raises(ExistingClusterError) as error:
+        run_program(DEV, {"existingClusterName": "shared-gpu"}, mocks=mocks)
+    message = str(error.value)
+    assert message.startswith("existingClusterName: shared-gpu is not ready")
+    assert "no node group is labelled {'role': 'system'}" in message and "systemNodeSelector" in message
+    assert "node group gpu lacks the taint nvidia.com/gpu=true:NoSchedule" in message
+    assert "aws eks create-addon --cluster-name shared-gpu --addon-name eks-pod-identity-agent" in message
+    assert mocks.resources == []
 
 
 def test_bad_config_stops_the_program_before_any_resource():
