@@ -45,6 +45,9 @@ def cluster_autoscaler(cluster_name: pulumi.Input[str], region: str, image_tag: 
         "awsRegion": region,  # no metadata-service lookup: nodes allow one hop only
         "autoDiscovery": {"clusterName": cluster_name},
         "image": {"repository": CLUSTER_AUTOSCALER_IMAGE, "tag": image_tag},
+        # Deployment and service account both named cluster-autoscaler (not release-name-based):
+        # the Pod Identity association and the README's kubectl commands use the name.
+        "fullnameOverride": AUTOSCALER_SERVICE_ACCOUNT,
         "rbac": {"serviceAccount": {"name": AUTOSCALER_SERVICE_ACCOUNT}},
         "nodeSelector": dict(SYSTEM_LABELS),
         "resources": {"requests": {"cpu": "100m", "memory": "600Mi"},
