@@ -99,6 +99,9 @@ class Cluster(pulumi.ComponentResource):
 
     def _create_system_nodes(self, network: Network,
                              policies: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+        """Node groups have fixed names (stack outputs, kubectl): a replacement (new instance
+        type, subnets) must delete the old group first, or EKS refuses the second one of that
+        name."""
         cfg = self.cfg
         n = cfg.system_node_count
         template = aws.ec2.LaunchTemplate(
@@ -111,7 +114,7 @@ class Cluster(pulumi.ComponentResource):
             scaling_config={"desired_size": n, "min_size": n, "max_size": n},
             subnet_ids=[s.id for s in network.private_subnets], labels=SYSTEM_LABELS,
             launch_template=_template_ref(template), tags=dict(cfg.tags),
-            opts=self._child(depends_on=policies))
+            opts=self._child(depends_on=policies, delete_before_replace=True))
 
     def _create_gpu_nodes(self, network: Network,
                           policies: list[pulumi.Resource]) -> aws.eks.NodeGroup:
@@ -145,7 +148,8 @@ class Cluster(pulumi.ComponentResource):
             subnet_ids=[network.gpu_subnet_id], labels=gpu_node_labels(cfg.gpu.accelerator),
             taints=[GPU_TAINT], launch_template=_template_ref(template),
             tags={**cfg.tags, **autoscaler_node_template_tags(cfg)},
-            opts=self._child(depends_on=policies, ignore_changes=[AUTOSCALED_SIZE]))
+            opts=self._child(depends_on=policies, ignore_changes=[AUTOSCALED_SIZE],
+                             delete_before_replace=True))
 
 
 def _template_ref(template: aws.ec2.LaunchTemplate) -> dict:

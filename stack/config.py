@@ -267,7 +267,7 @@ def validate(cfg: StackConfig) -> list[str]:
                  f"{'GPU' if not facts.gpus else 'EFA support'}; use one of {gpu_choices}")
     if not 0 <= cfg.gpu_node_count <= MAX_GPU_NODES:
         p.append(f"gpuNodeCount: {cfg.gpu_node_count} is out of range 0..{MAX_GPU_NODES} "
-                 "(0 pauses GPU spend)")
+                 "(the GPU nodes of one run; 0 deploys none)")
     if not 1 <= cfg.system_node_count <= MAX_SYSTEM_NODES:
         p.append(f"systemNodeCount: {cfg.system_node_count} is out of range 1..{MAX_SYSTEM_NODES} "
                  "(the KubeRay operator and Ray head need one)")

@@ -102,6 +102,7 @@ def test_node_groups_follow_the_cluster_version_and_policies_outlive_them(dev):
         # With a launch template EKS (and pulumi-eks) would not default the version: upgrades
         # of the cluster would never roll these nodes.
         assert dev.one(NODE_GROUP, group).inputs["version"] == "1.35"
+        assert dev.options[f"eks-{group}"]["deleteBeforeReplace"] is True  # fixed names
         for arn in NODE_POLICY_ARNS:
             assert dev.depends_on(f"eks-{group}", f"eks-{group}-node-{arn.rsplit('/', 1)[1]}")
     assert run_program(DEV, {"kubernetesVersion": "1.34"}).one(NODE_GROUP, "gpu").inputs[
