@@ -12,7 +12,7 @@ from workloads import helm_values
 
 class Addons(pulumi.ComponentResource):
     """Installed once the system nodes exist. Device-plugin DaemonSets are not awaited: their
-    GPU nodes may be paused at zero. Everything here depends on the node groups, so on destroy
+    GPU nodes sit at zero between runs. Everything here depends on the node groups, so on destroy
     it goes first, while nodes still run its finalizers."""
 
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],

@@ -272,7 +272,7 @@ def test_helm_releases_pinned_on_the_right_nodes_and_ordered(dev):
     assert kuberay["values"]["nodeSelector"] == {"role": "system"} and kuberay["skipCrds"] is True
     for chart in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
         inputs = releases[chart].inputs
-        assert inputs["skipAwait"] is True  # GPU nodes may be paused at zero
+        assert inputs["skipAwait"] is True  # GPU nodes sit at zero between runs
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
             inputs["values"]["tolerations"]
     crds = [r.inputs["file"] for r in dev.of_type("kubernetes:yaml/v2:ConfigFile")]
