@@ -25,7 +25,8 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from stack import catalog
-from stack.kube import EKS_NAME_MAX, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX
+from stack.kube import (EKS_NAME_MAX, GPU_LABELS, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
+                        RAYJOB_NAME_MAX, SYSTEM_LABELS)
 from training.config import ConfigError as JobConfigError
 from training.config import InputError, TrainConfig, closest, from_settings
 
@@ -98,6 +99,10 @@ class StackConfig:
     api_private_only: bool
     root_volume_gib: int
     existing_cluster_name: str | None
+    # Where the pods go: this stack's own node groups carry the defaults (stack/kube.py); on an
+    # existing cluster, the labels its node groups carry.
+    system_node_selector: Mapping[str, str]
+    gpu_node_selector: Mapping[str, str]
     run_job: bool
     strict_efa: bool
     force_destroy_bucket: bool
@@ -120,6 +125,11 @@ class StackConfig:
     @property
     def num_workers(self) -> int:
         return self.gpu_node_count * self.gpu.gpus
+
+    @property
+    def reserved(self) -> Reservation | None:
+        """The reservation the GPU nodes launch into, of either kind."""
+        return self.capacity_reservation or self.capacity_block
 
 
 # key -> (parser, attribute). Parsers turn a raw config string into a value or raise ValueError.
@@ -160,6 +170,8 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "apiPrivateOnly": (_bool, "api_private_only"),
     "rootVolumeGib": (_int, "root_volume_gib"),
     "existingClusterName": (_str, "existing_cluster_name"),
+    "systemNodeSelector": (_json, "system_node_selector"),
+    "gpuNodeSelector": (_json, "gpu_node_selector"),
     "runJob": (_bool, "run_job"),
     "strictEfa": (_bool, "strict_efa"),
     "forceDestroyBucket": (_bool, "force_destroy_bucket"),
@@ -168,10 +180,11 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "jobDeadlineSeconds": (_int, "job_deadline_seconds"),
 }
 SECRET_KEYS = ("hfToken",)  # read by the program as a secret Output, never into StackConfig
-# Empty in Pulumi.yaml: the pinned value from the catalog.
+# Empty ("" or {}) in Pulumi.yaml: the pinned value from the catalog, or this stack's own labels.
 PINNED = {"kubernetesVersion": catalog.KUBERNETES_VERSION, "image": catalog.RAY_IMAGE,
-          "rayVersion": catalog.RAY_VERSION}
-# Empty (or {} for objects) in Pulumi.yaml: unset.
+          "rayVersion": catalog.RAY_VERSION, "systemNodeSelector": SYSTEM_LABELS,
+          "gpuNodeSelector": {"role": GPU_LABELS["role"]}}
+# Empty ("" or {}) in Pulumi.yaml: unset.
 OPTIONAL = ("gpuAvailabilityZone", "capacityReservation", "capacityBlock", "adminPrincipalArn",
             "existingClusterName")
 
@@ -204,7 +217,7 @@ def parse(raw: Mapping[str, Any], region: str, default_name: str = "ray-train") 
     values: dict[str, Any] = {"region": region}
     for key, (parse_value, attr) in FIELDS.items():
         text = merged.get(key)
-        if text in ("", None) or (text == "{}" and key in OPTIONAL):
+        if text in ("", None) or (text == "{}" and key in (*OPTIONAL, *PINNED)):
             values[attr] = PINNED.get(key, default_name if key == "clusterName" else None)
             if text is None or key not in (*PINNED, *OPTIONAL, "clusterName"):
                 problems.append(f"{key}: no value and no default; declare one in Pulumi.yaml")
@@ -274,6 +287,10 @@ def validate(cfg: StackConfig) -> list[str]:
                      f"use at most {limit - suffix} characters")
     if not _K8S_VERSION.match(cfg.kubernetes_version):
         p.append(f"kubernetesVersion: {cfg.kubernetes_version!r} is not a version like \"1.34\"")
+    elif cfg.kubernetes_version not in catalog.KUBERNETES_RELEASES:
+        p.append(f"kubernetesVersion: {cfg.kubernetes_version} has no add-on and cluster-autoscaler "
+                 f"versions in stack/catalog.py KUBERNETES_RELEASES (known: "
+                 f"{', '.join(catalog.KUBERNETES_RELEASES)}); add them or use a known version")
     p += _check_cidr("vpcCidr", cfg.vpc_cidr, min_prefix=16, max_prefix=20)
     for cidr in cfg.api_public_cidrs:
         p += _check_cidr("apiPublicCidrs", cidr)
@@ -292,7 +309,7 @@ def validate(cfg: StackConfig) -> list[str]:
                  f"{'GPU' if not facts.gpus else 'EFA support'}; use one of {gpu_choices}")
     if not 0 <= cfg.gpu_node_count <= MAX_GPU_NODES:
         p.append(f"gpuNodeCount: {cfg.gpu_node_count} is out of range 0..{MAX_GPU_NODES} "
-                 "(0 pauses GPU spend)")
+                 "(the GPU nodes of one run; 0 deploys none)")
     if not 1 <= cfg.system_node_count <= MAX_SYSTEM_NODES:
         p.append(f"systemNodeCount: {cfg.system_node_count} is out of range 1..{MAX_SYSTEM_NODES} "
                  "(the KubeRay operator and Ray head need one)")
@@ -308,6 +325,16 @@ def validate(cfg: StackConfig) -> list[str]:
     if cfg.capacity_reservation and cfg.capacity_block:
         p.append("capacityReservation and capacityBlock: both set; a node group uses one or the "
                  "other, remove one")
+    if cfg.reserved and not cfg.gpu_availability_zone:
+        p.append("gpuAvailabilityZone: required with a capacityReservation or capacityBlock: the "
+                 "reservation lives in one zone and its instances launch only there; set it to "
+                 f"that zone (aws ec2 describe-capacity-reservations --capacity-reservation-ids "
+                 f"{cfg.reserved.id} --query 'CapacityReservations[0].AvailabilityZone')")
+    if cfg.capacity_block and facts is not None and not facts.capacity_blocks:
+        p.append(f"capacityBlock: {cfg.gpu_instance_type} is not known to be sold as EC2 Capacity "
+                 f"Blocks (known: {', '.join(k for k, v in catalog.INSTANCES.items() if v.capacity_blocks)}); "
+                 "use capacityReservation for an on-demand reservation, or mark the type "
+                 "capacity_blocks=True in stack/catalog.py INSTANCES if EC2 now sells it so")
     for key, res in (("capacityReservation", cfg.capacity_reservation),
                      ("capacityBlock", cfg.capacity_block)):
         if res is None:
@@ -326,6 +353,16 @@ def validate(cfg: StackConfig) -> list[str]:
         p.append(f"existingClusterName: {cfg.existing_cluster_name!r} is not an EKS cluster name")
     if cfg.job_deadline_seconds < 60:
         p.append(f"jobDeadlineSeconds: {cfg.job_deadline_seconds} must be at least 60")
+    for key, selector, default in (
+            ("systemNodeSelector", cfg.system_node_selector, PINNED["systemNodeSelector"]),
+            ("gpuNodeSelector", cfg.gpu_node_selector, PINNED["gpuNodeSelector"])):
+        if not (isinstance(selector, dict) and selector
+                and all(isinstance(v, str) for v in selector.values())):
+            p.append(f"{key}: expected a non-empty mapping of label to value, e.g. "
+                     f"{json.dumps(default)}")
+        elif selector != default and not cfg.existing_cluster_name:
+            p.append(f"{key}: only with existingClusterName; this stack's own node groups carry "
+                     f"{json.dumps(default)}: remove {key}")
     return p
 
 

@@ -7,13 +7,26 @@ SERVICE_ACCOUNT = "ray-train"  # head and workers; Pod Identity maps it to the b
 HF_TOKEN_SECRET = "hf-token"
 CODE_CONFIGMAP = "training-code"
 CODE_MOUNT = "/home/ray/code"  # in the submitter pod; `ray job submit` uploads it as working_dir
+# cluster-autoscaler's service account: its Helm release names it, its Pod Identity role maps it.
+AUTOSCALER_NAMESPACE = "kube-system"
+AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 
 # Node labels and the GPU taint: set on the node groups, selected and tolerated by the pods.
 SYSTEM_LABELS = {"role": "system"}
 GPU_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
               "vpc.amazonaws.com/efa.present": "true"}
+# cluster-autoscaler treats a node with this label as a GPU node and waits for its GPUs to appear
+# instead of scaling up again while the device plugin starts (cloudprovider/aws GPULabel). The value
+# is the GPU's name from the instance table (`InstanceFacts.accelerator`), e.g. "nvidia-l4".
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+
+
+def gpu_node_labels(accelerator: str) -> dict[str, str]:
+    """Every label of a GPU node: the shared ones plus the accelerator name."""
+    return {**GPU_LABELS, ACCELERATOR_LABEL: accelerator}
+
 
 # Object names derived from clusterName, and their limits (KubeRay: RayCluster <= 53, RayJob <= 47).
 EKS_NAME_MAX = 100

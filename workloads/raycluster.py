@@ -4,8 +4,7 @@ on the system node and one worker pod per GPU node, holding the node's GPUs and 
 from __future__ import annotations
 
 from stack.config import StackConfig
-from stack.kube import (GPU_LABELS, GPU_TOLERATION, HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT,
-                        SYSTEM_LABELS)
+from stack.kube import GPU_TOLERATION, HF_TOKEN_SECRET, SERVICE_ACCOUNT
 
 # Head pod: fits beside the KubeRay operator (100m/512Mi) and the node's DaemonSets on an
 # m7i.xlarge (4 vCPU, 16 GiB, ~3.9 CPU / ~14.5 GiB allocatable).
@@ -109,7 +108,7 @@ def build_cluster_spec(cfg: StackConfig) -> dict:
             "serviceType": "ClusterIP",  # never public: reach the dashboard by port-forward
             # No train worker may land on the head: it advertises no CPUs and no GPUs.
             "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
-            "template": _pod(head, dict(SYSTEM_LABELS), head_shm, []),
+            "template": _pod(head, dict(cfg.system_node_selector), head_shm, []),
         },
         "workerGroupSpecs": [{
             "groupName": "gpu",
@@ -117,6 +116,6 @@ def build_cluster_spec(cfg: StackConfig) -> dict:
             "minReplicas": cfg.gpu_node_count,
             "maxReplicas": cfg.gpu_node_count,
             "rayStartParams": {"num-gpus": str(facts.gpus)},
-            "template": _pod(worker, {"role": GPU_LABELS["role"]}, worker_shm, [GPU_TOLERATION]),
+            "template": _pod(worker, dict(cfg.gpu_node_selector), worker_shm, [GPU_TOLERATION]),
         }],
     }

@@ -19,7 +19,7 @@ import shlex
 import yaml
 
 from stack.config import StackConfig
-from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE, SYSTEM_LABELS
+from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE
 from training.config import TrainConfig
 from training.flags import render
 from workloads.code_bundle import CodeBundle
@@ -101,7 +101,7 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
             "submitterConfig": {"backoffLimit": SUBMITTER_RETRIES},
             "submitterPodTemplate": {"spec": {
                 "restartPolicy": "Never",
-                "nodeSelector": dict(SYSTEM_LABELS),
+                "nodeSelector": dict(cfg.system_node_selector),
                 "containers": [{
                     "name": "ray-job-submitter",
                     "image": cfg.image,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import pytest
 
@@ -56,6 +57,16 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
      "capacityReservation and capacityBlock", "remove one"),
     ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 1})},
      "gpuNodeCount", "do not fit capacityReservation"),
+    # A reservation lives in one zone: its instances cannot launch in the zone we would pick.
+    ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 2})},
+     "gpuAvailabilityZone", "required with a capacityReservation or capacityBlock"),
+    ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 2}),
+      "gpuAvailabilityZone": "us-west-2b"}, "capacityBlock",
+     "g6.12xlarge is not known to be sold as EC2 Capacity Blocks (known: p5.48xlarge)"),
+    ({"gpuNodeSelector": json.dumps({"pool": "gpu"})}, "gpuNodeSelector", "only with existingClusterName"),
+    ({"systemNodeSelector": json.dumps({"pool": 1}), "existingClusterName": "shared"},
+     "systemNodeSelector", "expected a non-empty mapping"),
+    ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "KUBERNETES_RELEASES (known: 1.34, 1.35)"),
     ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0"})}, "capacityBlock", "instanceCount"),
     ({"image": "public.ecr.aws/x/ray"}, "image", "needs a tag"),
     ({"adminPrincipalArn": "arn:aws:iam::12:role/x"}, "adminPrincipalArn", "not an IAM role"),
@@ -76,17 +87,38 @@ def test_every_problem_is_reported_at_once():
         assert any(p.startswith(key) for p in found), (key, found)
 
 
-def test_paused_stack_is_valid_and_costs_no_gpu():
+def test_cost_idle_and_during_a_run():
     from infra.cost import hourly_cost
 
-    cfg = parse({"gpuNodeCount": "0"}, "us-west-2")
-    assert cfg.paused and cfg.num_workers == 0
-    cost = hourly_cost(cfg)
-    assert cost["breakdown"]["gpuNodes"] == 0
-    running = hourly_cost(parse({}, "us-west-2"))
+    before_extended = date(2026, 11, 30)
+    cost = hourly_cost(parse({}, "us-west-2"), before_extended)
     # The reference quotes ~9.50 USD/h for 2x g6.12xlarge + system node + EKS + NAT.
-    assert 9.0 < running["hourlyCostUsd"] < 10.0
-    assert running["hourlyCostUsd"] == pytest.approx(sum(running["breakdown"].values()))
+    assert 9.0 < cost["runUsdPerHour"] < 10.0
+    assert cost["runUsdPerHour"] == pytest.approx(sum(cost["breakdown"].values()))
+    assert cost["idleUsdPerHour"] == pytest.approx(
+        cost["runUsdPerHour"] - cost["breakdown"]["gpuNodesDuringRun"])
+    assert cost["idleUsdPerHour"] < 0.5  # control plane, NAT gateway and one m7i.xlarge
+    none = hourly_cost(parse({"gpuNodeCount": "0"}, "us-west-2"), before_extended)
+    assert none["runUsdPerHour"] == none["idleUsdPerHour"]
+
+
+@pytest.mark.parametrize("version, today, price", [
+    ("1.34", date(2026, 12, 2), 0.10),  # last day of standard support
+    ("1.34", date(2026, 12, 3), 0.60),  # extended support from then on
+    ("1.35", date(2026, 12, 3), 0.10),
+])
+def test_control_plane_price_follows_the_version_support(version, today, price):
+    from infra.cost import hourly_cost
+
+    cost = hourly_cost(parse({"kubernetesVersion": version}, "us-west-2"), today)
+    assert cost["breakdown"]["eksControlPlane"] == price
+
+
+def test_default_kubernetes_version_is_in_standard_support_for_months():
+    from stack.catalog import KUBERNETES_RELEASES
+
+    version = parse({}, "us-west-2").kubernetes_version
+    assert KUBERNETES_RELEASES[version].standard_support_end >= date(2027, 3, 1)
 
 
 def test_gpu_family_is_a_config_change():

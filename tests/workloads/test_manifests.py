@@ -303,3 +303,15 @@ def test_job_defaults_on_the_cluster_recover_from_a_lost_worker(code):
 
     job = parse_flags(shlex.split(build_rayjob(stack(), code, S3)["spec"]["entrypoint"])[3:])
     assert job.max_failures == 2 and job.model == "Qwen/Qwen2.5-1.5B"
+
+
+def test_pods_follow_the_node_selectors_of_an_existing_cluster(code):
+    cfg = stack(existingClusterName="shared-gpu", systemNodeSelector='{"pool": "cpu"}',
+                gpuNodeSelector='{"pool": "l4"}')
+    spec = build_rayjob(cfg, code, S3)["spec"]
+    cluster = spec["rayClusterSpec"]
+    assert cluster["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
+    assert cluster["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"] == {"pool": "l4"}
+    assert spec["submitterPodTemplate"]["spec"]["nodeSelector"] == {"pool": "cpu"}
+    own = build_rayjob(stack(), code, S3)["spec"]["rayClusterSpec"]
+    assert own["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"] == {"role": "gpu-worker"}
