@@ -4,12 +4,14 @@
 each naming its config key and the fix, so `pulumi up` fails once with the whole list instead of
 one problem per attempt. `stack.pulumi_config.load` feeds it under `pulumi up`.
 
-Defaults live in one place, the `config:` block of Pulumi.yaml: the Pulumi CLI merges them into
-every stack before the program runs (pulumi/pulumi pkg/workspace/config.go, mergeConfig), and
-`parse` merges the same file the same way, so tests and deployments read one copy. An empty
-string there means "the pinned value from stack/catalog.py" (image, versions) or "unset".
-The `training` object holds the job's own settings, its keys the training CLI's flags in
-camelCase, validated by the job's own config class (training/config.py).
+The stack's defaults live in one place, the `config:` block of Pulumi.yaml: the Pulumi CLI merges
+them into every stack before the program runs (pulumi/pulumi pkg/workspace/config.go,
+mergeConfig), and `parse` merges the same file the same way, so tests and deployments read one
+copy. An empty value there means "the pinned value from stack/catalog.py" (image, versions) or
+"unset". The `training` object holds the job's own settings, its keys the training CLI's flags in
+camelCase, validated by the job's own config class (training/config.py); what a stack leaves out
+takes JOB_DEFAULTS below (only where the cluster wants other values than a laptop's), then the
+job's own defaults (TrainConfig).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import yaml
 
 from stack import catalog
 from stack.kube import (EKS_NAME_MAX, GPU_LABELS, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
-                        RAYJOB_NAME_MAX, SYSTEM_LABELS)
+                        RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
 from training.config import ConfigError as JobConfigError
 from training.config import InputError, TrainConfig, closest, from_settings
 
@@ -34,6 +36,7 @@ PULUMI_YAML = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 MAX_GPU_NODES = 64
 MAX_SYSTEM_NODES = 10
 MIN_ROOT_VOLUME_GIB = 200
+MIN_JOB_DEADLINE_S = RUN_START_BUDGET_S + 600  # at least 10 minutes of training after the start
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _IMAGE = re.compile(r"^[\w.\-/:]+(:[\w][\w.\-]{0,127}|@sha256:[0-9a-f]{64})$")
@@ -45,8 +48,7 @@ _K8S_VERSION = re.compile(r"^1\.\d{2}$")
 # The job's settings on the cluster, under the stack's `training` object: what a stack trains
 # unless it says otherwise (the job's own defaults, in TrainConfig, are a laptop's).
 JOB_DEFAULTS: dict[str, Any] = {
-    "model": "Qwen/Qwen2.5-1.5B", "steps": 100, "seqLen": 2048, "microBatchSize": 4, "lr": 1e-4,
-    "checkpointEvery": 50,
+    "model": "Qwen/Qwen2.5-1.5B", "steps": 100, "seqLen": 2048, "lr": 1e-4, "checkpointEvery": 50,
     "maxFailures": 2,  # a lost worker (node, spot, NCCL timeout) restarts from the last checkpoint
 }
 # Job settings the RayJob builder sets from the stack, never the `training` object.
@@ -117,10 +119,6 @@ class StackConfig:
     @property
     def system(self) -> catalog.InstanceFacts:
         return catalog.INSTANCES[self.system_instance_type]
-
-    @property
-    def paused(self) -> bool:
-        return self.gpu_node_count == 0
 
     @property
     def num_workers(self) -> int:
@@ -219,8 +217,10 @@ def parse(raw: Mapping[str, Any], region: str, default_name: str = "ray-train") 
         text = merged.get(key)
         if text in ("", None) or (text == "{}" and key in (*OPTIONAL, *PINNED)):
             values[attr] = PINNED.get(key, default_name if key == "clusterName" else None)
-            if text is None or key not in (*PINNED, *OPTIONAL, "clusterName"):
+            if text is None:
                 problems.append(f"{key}: no value and no default; declare one in Pulumi.yaml")
+            elif key not in (*PINNED, *OPTIONAL, "clusterName"):
+                problems.append(f"{key}: empty; set a value (Pulumi.yaml has the default)")
             continue
         try:
             values[attr] = parse_value(text)
@@ -254,7 +254,11 @@ def _reservation(key: str, value: Any, problems: list[str]) -> Reservation | Non
     if not isinstance(value, dict) or set(value) != {"id", "instanceCount"}:
         problems.append(f"{key}: expected {{\"id\": \"cr-...\", \"instanceCount\": N}}")
         return None
-    return Reservation(id=str(value["id"]), instance_count=int(value["instanceCount"]))
+    count = value["instanceCount"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        problems.append(f"{key}.instanceCount: expected a whole number of at least 1, got {count!r}")
+        return None
+    return Reservation(id=str(value["id"]), instance_count=count)
 
 
 def _training(value: Any, problems: list[str]) -> TrainConfig | None:
@@ -351,8 +355,10 @@ def validate(cfg: StackConfig) -> list[str]:
                  "(arn:aws:iam::123456789012:role/NAME)")
     if cfg.existing_cluster_name and not _DNS_LABEL.match(cfg.existing_cluster_name.lower()):
         p.append(f"existingClusterName: {cfg.existing_cluster_name!r} is not an EKS cluster name")
-    if cfg.job_deadline_seconds < 60:
-        p.append(f"jobDeadlineSeconds: {cfg.job_deadline_seconds} must be at least 60")
+    if cfg.job_deadline_seconds < MIN_JOB_DEADLINE_S:
+        p.append(f"jobDeadlineSeconds: {cfg.job_deadline_seconds} is below {MIN_JOB_DEADLINE_S}: "
+                 f"the deadline counts from the RayJob's start, so it covers node boot and image "
+                 f"pull ({RUN_START_BUDGET_S} s allowed) as well as training")
     for key, selector, default in (
             ("systemNodeSelector", cfg.system_node_selector, PINNED["systemNodeSelector"]),
             ("gpuNodeSelector", cfg.gpu_node_selector, PINNED["gpuNodeSelector"])):

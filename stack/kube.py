@@ -33,3 +33,11 @@ EKS_NAME_MAX = 100
 RAYCLUSTER_NAME_MAX = 53
 RAYJOB_NAME_MAX = 47
 JOB_HASH_LEN = 10  # RayJob name = f"{clusterName}-{hash}"
+
+# How long a run may take from the RayJob's start to the job's submission (KubeRay counts
+# preRunningDeadlineSeconds while the run's cluster is not Ready, i.e. until every pod runs:
+# rayjob_controller.go checkPreRunningDeadline). Budgets, not measurements, for scale-from-zero:
+# cluster-autoscaler reacts and EC2 boots a GPU node that joins and starts its device plugins,
+# then each node pulls the multi-GiB Ray Train CUDA image.
+NODE_BOOT_S, IMAGE_PULL_S = 600, 900
+RUN_START_BUDGET_S = NODE_BOOT_S + IMAGE_PULL_S

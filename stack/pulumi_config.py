@@ -4,6 +4,8 @@ the deployment instead of being ignored."""
 
 from __future__ import annotations
 
+import re
+
 import pulumi
 from pulumi.runtime import config as runtime_config
 
@@ -22,10 +24,17 @@ def raw_project_config() -> dict[str, str]:
     return {k.removeprefix(prefix): v for k, v in values.items() if k.startswith(prefix)}
 
 
+def default_cluster_name(project: str, stack: str) -> str:
+    """`<project>-<stack>` made a valid clusterName: lowercase letters, digits and '-', starting
+    with a letter, short enough for the RayJob names derived from it."""
+    name = re.sub(r"[^a-z0-9-]+", "-", f"{project}-{stack}".lower()).lstrip("-0123456789")
+    return (name or "ray-train")[:RAYJOB_NAME_MAX - JOB_HASH_LEN - 1].rstrip("-")
+
+
 def load() -> StackConfig:
     region = pulumi.Config("aws").get("region") or ""
-    default_name = f"{pulumi.get_project()}-{pulumi.get_stack()}"[:RAYJOB_NAME_MAX - JOB_HASH_LEN - 1]
-    return parse(raw_project_config(), region, default_name=default_name)
+    return parse(raw_project_config(), region,
+                 default_name=default_cluster_name(pulumi.get_project(), pulumi.get_stack()))
 
 
 def hf_token() -> pulumi.Output[str] | None:

@@ -164,6 +164,7 @@ def from_settings(settings: Mapping[str, Any], prefix: str = "",
                             f"(known: {', '.join(fields)})")
             continue
         allowed = _allowed(hints[f.name])
+        value = _number_from_text(value, allowed)
         if not any(_is(value, t) for t in allowed):
             names = " or ".join(_type_name(t) for t in allowed)
             problems.append(f"{prefix}{key}: expected {names}, got {value!r}")
@@ -186,6 +187,19 @@ def _allowed(hint) -> tuple:
     if typing.get_origin(hint) is Literal:
         return args
     return args if args else (hint,)
+
+
+def _number_from_text(value: Any, allowed: tuple) -> Any:
+    """`pulumi config set --path training.lr 0.0002` stores text (only integers and booleans are
+    typed), so a number written as text is read as the number a numeric field wants."""
+    if isinstance(value, str):
+        for kind in (int, float):
+            if kind in allowed:
+                try:
+                    return kind(value)
+                except ValueError:
+                    pass
+    return value
 
 
 def _is(value: Any, t) -> bool:

@@ -19,7 +19,7 @@ import shlex
 import yaml
 
 from stack.config import StackConfig
-from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE
+from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE, RUN_START_BUDGET_S
 from training.config import TrainConfig
 from training.flags import render
 from workloads.code_bundle import CodeBundle
@@ -29,11 +29,6 @@ from workloads.raycluster import build_cluster_spec
 # deleted; until then its dashboard and Ray logs can still be read. The submitter Job, with the
 # driver's output, is kept until the RayJob itself is deleted.
 LOGS_GRACE_S = 300
-# From the RayJob's start to its submission (RJC checkPreRunningDeadline: status.startTime +
-# this, counted while the cluster is not Ready, i.e. until every pod runs). Budgets, not
-# measurements, for scale-from-zero: cluster-autoscaler reacts, EC2 boots a GPU node that joins
-# and starts its device plugins; then each node pulls the multi-GiB Ray Train CUDA image.
-NODE_BOOT_S, IMAGE_PULL_S = 600, 900
 # Submission retries of the submitter Job (RJC createNewK8sJob defaults to 2; its command checks
 # `ray job status` before `ray job submit`, so a retry never submits twice: common/job.go).
 SUBMITTER_RETRIES = 2
@@ -96,7 +91,7 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": LOGS_GRACE_S,
             "activeDeadlineSeconds": cfg.job_deadline_seconds,
-            "preRunningDeadlineSeconds": NODE_BOOT_S + IMAGE_PULL_S,
+            "preRunningDeadlineSeconds": RUN_START_BUDGET_S,  # node boot + image pull
             "runtimeEnvYAML": yaml.safe_dump(runtime_env, sort_keys=True),
             "submitterConfig": {"backoffLimit": SUBMITTER_RETRIES},
             "submitterPodTemplate": {"spec": {

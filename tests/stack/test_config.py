@@ -74,6 +74,15 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
     ({"training": json.dumps({"steps": 0, "lr": -1})}, "training.steps", "at least 1"),
     ({"training": json.dumps({"stpes": 10})}, "training.stpes", "unknown key"),
     ({"gpuNodes": "2"}, "gpuNodes", "unknown key"),
+    ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": "two"})},
+     "capacityReservation.instanceCount", "whole number"),
+    ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 2.7})},
+     "capacityBlock.instanceCount", "whole number"),
+    ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": None})},
+     "capacityBlock.instanceCount", "whole number"),
+    ({"jobDeadlineSeconds": "600"}, "jobDeadlineSeconds", "covers node boot and image pull"),
+    ({"vpcCidr": ""}, "vpcCidr", "empty; set a value"),
+    ({"training": json.dumps({"lr": "fast"})}, "training.lr", "expected float"),
 ])
 def test_bad_input_is_rejected_naming_its_key_and_fix(raw, key, fix):
     found = problems(raw)
@@ -160,3 +169,24 @@ def test_every_declared_key_has_a_default_so_a_new_stack_needs_no_config():
 ])
 def test_typos_and_misplaced_settings_name_the_key_and_the_fix(raw, message):
     assert any(message in p for p in problems(raw)), problems(raw)
+
+
+def test_numbers_set_with_pulumi_config_path_arrive_as_text_and_are_read_as_numbers():
+    """`pulumi config set --path training.lr 0.0002` stores a string."""
+    cfg = parse({"training": json.dumps({"lr": "0.0002", "memoryBudgetGib": "22.5"})}, "us-west-2")
+    assert cfg.training.lr == 0.0002 and cfg.training.memory_budget_gib == 22.5
+
+
+@pytest.mark.parametrize("project, stack, expected", [
+    ("eks-ray-train", "dev", "eks-ray-train-dev"),
+    ("eks-ray-train", "Prod_US.East", "eks-ray-train-prod-us-east"),
+    ("eks-ray-train", "a-very-long-stack-name-for-testing", "eks-ray-train-a-very-long-stack-name"),
+    ("eks-ray-train", "a" * 21 + "-b", "eks-ray-train-" + "a" * 21),  # no trailing '-'
+    ("9", "Dev", "dev"),
+])
+def test_the_default_cluster_name_is_a_valid_one(project, stack, expected):
+    from stack.pulumi_config import default_cluster_name
+
+    name = default_cluster_name(project, stack)
+    assert name == expected
+    parse({}, "us-west-2", default_name=name)  # valid: no ConfigError

@@ -37,8 +37,11 @@ def test_waits_with_a_progress_line_while_workers_join(capsys):
 
 
 def test_no_wait_when_the_workers_are_there(capsys):
-    assert cli._check_capacity(EIGHT_GPUS, True, arriving(8), wait_s=60, poll_s=0.01) < 1
-    assert capsys.readouterr().out == ""
+    polls = []
+    resources = arriving(8)
+    cli._check_capacity(EIGHT_GPUS, True, lambda: polls.append(1) or resources(), wait_s=60,
+                        poll_s=60)  # a second poll would sleep a minute
+    assert len(polls) == 1 and capsys.readouterr().out == ""
 
 
 def test_gives_up_after_the_timeout_with_what_to_check():

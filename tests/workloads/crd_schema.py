@@ -71,9 +71,10 @@ def _check(value, schema: dict, path: str, errors: list[str]) -> None:
 
 
 def rayjob_rules(job: dict) -> list[str]:
-    """What KubeRay v1.7.0's webhook-less validation (ray-operator/controllers/ray/utils/
-    validation.go, ValidateRayJobSpec and validateDeletionConfiguration) rejects at reconcile
-    time, beyond the schema: the RayJob is then marked Failed without ever running."""
+    """The rules of KubeRay v1.7.0's ValidateRayJobSpec and validateDeletionConfiguration
+    (ray-operator/controllers/ray/utils/validation.go) that bear on the fields we set: what the
+    operator rejects at reconcile time beyond the schema (the RayJob is then marked Failed
+    without ever running). Not covered: ValidateRayClusterSpec and ValidateRayJobMetadata."""
     spec, errors = job["spec"], []
     selector = bool(spec.get("clusterSelector"))
     shutdown = spec.get("shutdownAfterJobFinishes", False)
