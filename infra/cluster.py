@@ -197,9 +197,7 @@ def gpu_launch_template_args(cfg: StackConfig, placement_group: pulumi.Input[str
                              security_group_id: pulumi.Input[str]) -> dict:
     """Launch-template inputs for the EFA GPU nodes (pure: tested without Pulumi's engine)."""
     args = node_launch_template_args(cfg, cfg.root_volume_gib)
-    args["network_interfaces"] = [{
-        "device_index": 0, "network_card_index": 0, "interface_type": "efa",
-        "security_groups": [security_group_id], "delete_on_termination": "true"}]
+    args["network_interfaces"] = efa_network_interfaces(cfg.gpu.efa_interfaces, security_group_id)
     if placement_group is not None:
         args["placement"] = {"group_name": placement_group}
     if cfg.reserved:
@@ -209,3 +207,13 @@ def gpu_launch_template_args(cfg: StackConfig, placement_group: pulumi.Input[str
         args["instance_market_options"] = {"market_type": "capacity-block"}
         args["instance_type"] = cfg.gpu_instance_type
     return args
+
+
+def efa_network_interfaces(count: int, security_group_id: pulumi.Input[str]) -> list[dict]:
+    """One EFA interface per network card, as many as the pods request (p5.48xlarge: 32): the
+    EC2 user guide (efa-acc-inst-types, "EFA configuration for P5") puts the primary on network
+    card 0 / device index 0 and each further one on the next network card with device index 1.
+    Every EFA carries the security group that allows all traffic to and from itself (efa-start)."""
+    return [{"device_index": 0 if card == 0 else 1, "network_card_index": card,
+             "interface_type": "efa", "security_groups": [security_group_id],
+             "delete_on_termination": "true"} for card in range(count)]
