@@ -11,7 +11,7 @@ import pulumi_kubernetes as k8s
 from stack import pulumi_config
 from infra import existing
 from infra.autoscaler import AutoscalerIdentity
-from infra.cluster import Cluster
+from infra.cluster import Cluster, check_admin_principal
 from infra.cost import hourly_cost
 from infra.network import Network, lookup_zones
 from infra.storage import CheckpointStorage
@@ -37,6 +37,7 @@ def run() -> None:
         addon_deps: list[pulumi.Resource] = []
         gpu_zone, node_group_names, autoscaler_values = None, {}, None
     else:
+        check_admin_principal(cfg.admin_principal_arn)
         network = Network("net", cfg, lookup_zones(cfg))
         cluster = Cluster("eks", cfg, network, profile)
         cluster_name, kubeconfig = cluster.cluster_name, cluster.kubeconfig

@@ -14,6 +14,7 @@ from infra.policies import CLUSTER_ADMIN_POLICY_ARN, NODE_POLICY_ARNS, assume_ro
 from stack import catalog
 from stack.config import StackConfig
 from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
+from training.config import InputError
 
 # The system node runs the Ray head and the job submitter in the full Ray Train CUDA image (many
 # GiB unpacked): the EKS default of 20 GiB ends in failed pulls or DiskPressure evictions.
@@ -81,17 +82,13 @@ class Cluster(pulumi.ComponentResource):
 
     def _create_cluster(self, network: Network, profile: str | None) -> eks.Cluster:
         cfg = self.cfg
-        deployer = deployer_principal_arn() if cfg.admin_principal_arn else None
-        if deployer and deployer == cfg.admin_principal_arn:
-            pulumi.log.info(f"adminPrincipalArn {deployer} runs this deployment: EKS already gave "
-                            "it cluster-admin as the cluster's creator; no second access entry")
         return eks.Cluster(
             f"{self.name}-cluster", name=cfg.name, version=cfg.kubernetes_version, vpc_id=network.vpc.id,
             public_subnet_ids=[s.id for s in network.public_subnets],
             private_subnet_ids=[s.id for s in network.private_subnets],
             node_associate_public_ip_address=False, skip_default_node_group=True,
             authentication_mode=eks.AuthenticationMode.API,
-            access_entries=admin_access_entries(cfg.admin_principal_arn, deployer),
+            access_entries=admin_access_entries(cfg.admin_principal_arn),
             endpoint_private_access=True, endpoint_public_access=not cfg.api_private_only,
             public_access_cidrs=None if cfg.api_private_only else list(cfg.api_public_cidrs),
             provider_credential_opts={"profile_name": profile} if profile else None,
@@ -156,17 +153,41 @@ def _template_ref(template: aws.ec2.LaunchTemplate) -> dict:
     return {"id": template.id, "version": template.latest_version.apply(str)}
 
 
-def deployer_principal_arn() -> str:
-    """The IAM role or user whose credentials run `pulumi up` (an assumed-role session maps to its
-    role, with its path, through iam:GetRole)."""
-    return aws.iam.get_session_context(arn=aws.get_caller_identity().arn).issuer_arn
+class AccessError(InputError):
+    """adminPrincipalArn names the identity that creates the cluster."""
 
 
-def admin_access_entries(admin_arn: str | None, deployer_arn: str | None) -> dict:
-    """pulumi-eks always creates the cluster with `bootstrapClusterCreatorAdminPermissions: true`
-    (cluster/cluster.ts), so the deployer already has a cluster-admin access entry; a second one
-    for the same principal fails with 409 ResourceInUseException (pulumi/pulumi-eks#2373)."""
-    if not admin_arn or admin_arn == deployer_arn:
+def check_admin_principal(admin_arn: str | None) -> None:
+    """Refuse adminPrincipalArn when it is the deployer: pulumi-eks always creates the cluster
+    with `bootstrapClusterCreatorAdminPermissions: true` (cluster/cluster.ts), so the creator
+    already has a cluster-admin access entry and a second one is a 409 ResourceInUseException
+    (pulumi/pulumi-eks#2373). Refused rather than skipped: a skip would depend on who runs
+    `pulumi up`, and a later run by someone else would plan the entry again (409)."""
+    if not admin_arn:
+        return
+    deployer = aws.iam.get_session_context(arn=aws.get_caller_identity().arn).issuer_arn
+    if principal_key(admin_arn) == principal_key(deployer):
+        raise AccessError(
+            f"adminPrincipalArn: {admin_arn} is the identity running `pulumi up` ({deployer}), "
+            "which EKS already makes cluster-admin as the cluster's creator: unset it "
+            "(pulumi config rm adminPrincipalArn), or set it to another role or user")
+
+
+def principal_key(arn: str) -> tuple[str, str, str]:
+    """(account, role|user, name) of an IAM role/user ARN or an STS assumed-role ARN, without
+    the IAM path: an SSO role's issuer ARN is role/aws-reserved/sso.amazonaws.com/<name>, while
+    people usually write role/<name> (a role's or user's name is unique in its account)."""
+    _, _, _, _, account, resource = arn.split(":", 5)
+    kind, _, rest = resource.partition("/")
+    if kind == "assumed-role":
+        return account, "role", rest.split("/", 1)[0]
+    return account, kind, rest.rsplit("/", 1)[-1]
+
+
+def admin_access_entries(admin_arn: str | None) -> dict:
+    """A cluster-admin access entry for adminPrincipalArn (never the creator: see
+    check_admin_principal)."""
+    if not admin_arn:
         return {}
     return {"admin": eks.AccessEntryArgs(
         principal_arn=admin_arn,

@@ -143,16 +143,36 @@ def test_admin_access_entry_and_private_endpoint():
     assert cluster["endpointPublicAccess"] is False and "publicAccessCidrs" not in cluster
 
 
-@pytest.mark.parametrize("deployer", [
-    "arn:aws:sts::123456789012:assumed-role/deployer/alice",  # SSO or assumed role: its role
-    "arn:aws:iam::123456789012:role/deployer",
+SSO_ROLE = "AWSReservedSSO_AdministratorAccess_0123456789abcdef"
+
+
+@pytest.mark.parametrize("deployer, role_path, admin", [
+    # An SSO session: the issuer ARN carries the role's path, which users leave out.
+    (f"arn:aws:sts::123456789012:assumed-role/{SSO_ROLE}/alice", "/aws-reserved/sso.amazonaws.com/",
+     f"arn:aws:iam::123456789012:role/{SSO_ROLE}"),
+    ("arn:aws:sts::123456789012:assumed-role/deployer/alice", "/", "arn:aws:iam::123456789012:role/deployer"),
+    ("arn:aws:iam::123456789012:user/ci/deployer", "/", "arn:aws:iam::123456789012:user/deployer"),
 ])
-def test_no_second_access_entry_for_the_deployer(deployer):
+def test_admin_principal_that_is_the_deployer_is_refused_before_any_resource(deployer, role_path, admin):
     """EKS already gave the cluster's creator an access entry (pulumi-eks always bootstraps it);
-    another one for the same principal is a 409 ResourceInUseException."""
-    mocks = RecordingMocks("us-west-2", deployer=deployer)
-    run_program(DEV, {"adminPrincipalArn": "arn:aws:iam::123456789012:role/deployer"}, mocks=mocks)
-    assert not mocks.one("eks:index:Cluster").inputs.get("accessEntries")
+    another one for the same principal is a 409 ResourceInUseException. Refused, not skipped, so
+    the planned entries never depend on who runs `pulumi up`."""
+    from infra.cluster import AccessError
+
+    mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path)
+    with pytest.raises(AccessError, match="^adminPrincipalArn: .* EKS already makes cluster-admin"):
+        run_program(DEV, {"adminPrincipalArn": admin}, mocks=mocks)
+    assert mocks.resources == []
+
+
+def test_admin_access_entry_does_not_depend_on_who_deploys():
+    """Alice creates the cluster with her team's role as admin; Bob's later run plans the same
+    entry (no replan of an entry for the creator, which would be a 409)."""
+    team = "arn:aws:iam::123456789012:role/platform-admins"
+    entries = [run_program(DEV, {"adminPrincipalArn": team}, mocks=RecordingMocks(
+        "us-west-2", deployer=f"arn:aws:sts::123456789012:assumed-role/{who}/s")).one(
+        "eks:index:Cluster").inputs["accessEntries"] for who in ("alice", "bob")]
+    assert entries[0] == entries[1] and entries[0]["admin"]["principalArn"] == team
 
 
 def _exec_args(kubeconfig: str) -> list[str]:
