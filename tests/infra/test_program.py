@@ -261,7 +261,8 @@ def test_private_subnets_reach_s3_through_a_gateway_endpoint(dev):
 def test_destroy_keeps_the_bucket_unless_told_to_empty_it(force, retained):
     m = run_program(DEV, {"forceDestroyBucket": force})
     assert m.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is (force == "true")
-    assert m.options["ckpt-checkpoints"]["retainOnDelete"] is retained
+    for kept in ("ckpt-checkpoints", "ckpt-checkpoints-sse", "ckpt-checkpoints-private"):
+        assert m.options[kept]["retainOnDelete"] is retained, kept  # kept encrypted and private
 
 
 def test_bucket_is_private_encrypted_and_pods_reach_only_it(dev):
