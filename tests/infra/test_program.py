@@ -327,6 +327,12 @@ def test_cluster_autoscaler_release_is_pinned_on_the_system_node_with_its_own_ro
     assert {"eks:DescribeNodegroup", "autoscaling:SetDesiredCapacity",
             "autoscaling:TerminateInstanceInAutoScalingGroup"} <= actions
     assert not {a for a in actions if a.endswith("*")}  # named actions only
+    # Scaling only this cluster's node groups: EKS tags their ASGs k8s.io/cluster-autoscaler/<name>.
+    for statement in policy["Statement"]:
+        if {"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"} & set(
+                statement["Action"]):
+            assert statement["Condition"] == {"StringEquals": {
+                "aws:ResourceTag/k8s.io/cluster-autoscaler/ray-train-dev": "owned"}}
     assert dev.depends_on("addons-cluster-autoscaler", "autoscaler-identity")
     older = run_program(DEV, {"kubernetesVersion": "1.34"}).one(
         "kubernetes:helm.sh/v3:Release", "cluster-autoscaler").inputs
