@@ -368,10 +368,11 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
     assert out["gpuAvailabilityZone"] == "us-west-2b"
     assert out["nodeGroups"] == {"system": "ray-train-dev-system", "gpu": "ray-train-dev-gpu"}
     assert out["runCostUsdPerHour"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
+    breakdown = out["hourlyCostBreakdown"]
     assert out["idleCostUsdPerHour"] == pytest.approx(
-        out["runCostUsdPerHour"] - out["hourlyCostBreakdown"]["gpuNodesDuringRun"])
-    assert set(out["hourlyCostBreakdown"]) == {"gpuNodesDuringRun", "systemNodes",
-                                               "eksControlPlane", "natGateway"}
+        out["runCostUsdPerHour"] - breakdown["gpuNodesDuringRun"] - breakdown["gpuRootVolumesDuringRun"])
+    assert set(breakdown) == {"gpuNodesDuringRun", "gpuRootVolumesDuringRun", "systemNodes",
+                              "systemRootVolumes", "eksControlPlane", "natGateway", "natPublicIpv4"}
     assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
     assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
 
