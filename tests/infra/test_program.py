@@ -22,6 +22,11 @@ def dev():
     return run_program(DEV)
 
 
+def test_the_stack_files_are_found():
+    # The per-stack tests below are parametrized over them: none found would run none.
+    assert {"dev", "prod-use1"} <= {stack_name(p) for p in STACK_FILES}
+
+
 @pytest.mark.parametrize("path", STACK_FILES, ids=stack_name)
 def test_every_stack_file_deploys_the_full_graph(path):
     m = run_program(path)
@@ -36,6 +41,7 @@ def test_every_stack_file_deploys_the_full_graph(path):
 
 def test_subnets_span_two_zones_with_eks_role_tags_and_gpu_group_in_one(dev):
     subnets = {r.name: r.inputs for r in dev.of_type("aws:ec2/subnet:Subnet")}
+    assert sorted(subnets) == ["net-private-0", "net-private-1", "net-public-0", "net-public-1"]
     assert len({s["availabilityZone"] for s in subnets.values()}) == 2
     assert all(s["tags"].get("kubernetes.io/role/internal-elb") == "1"
                for n, s in subnets.items() if "private" in n)
@@ -183,7 +189,9 @@ def _exec_args(kubeconfig: str) -> list[str]:
                          ids=["own-cluster", "existing-cluster"])
 def test_kubernetes_provider_authenticates_with_the_stack_profile(overrides):
     m = run_program(DEV, overrides, aws_config={"profile": "ml-platform"})
-    for provider in m.of_type("pulumi:providers:kubernetes"):  # k8s, and k8s-crds when adopting
+    providers = m.of_type("pulumi:providers:kubernetes")
+    assert len(providers) == (2 if overrides else 1)  # k8s, and k8s-crds when adopting
+    for provider in providers:
         config = provider.inputs["kubeconfig"]
         args = _exec_args(config.get("value") if isinstance(config, dict) else config)  # secret
         assert args[args.index("--profile") + 1] == "ml-platform"
@@ -328,11 +336,11 @@ def test_cluster_autoscaler_release_is_pinned_on_the_system_node_with_its_own_ro
             "autoscaling:TerminateInstanceInAutoScalingGroup"} <= actions
     assert not {a for a in actions if a.endswith("*")}  # named actions only
     # Scaling only this cluster's node groups: EKS tags their ASGs k8s.io/cluster-autoscaler/<name>.
-    for statement in policy["Statement"]:
-        if {"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"} & set(
-                statement["Action"]):
-            assert statement["Condition"] == {"StringEquals": {
-                "aws:ResourceTag/k8s.io/cluster-autoscaler/ray-train-dev": "owned"}}
+    (scaling,) = [s for s in policy["Statement"] if {"autoscaling:SetDesiredCapacity",
+                  "autoscaling:TerminateInstanceInAutoScalingGroup"} & set(s["Action"])]
+    assert scaling["Condition"] == {"StringEquals": {
+        "aws:ResourceTag/k8s.io/cluster-autoscaler/ray-train-dev": "owned"}}
+    assert all("Condition" not in s for s in policy["Statement"] if s is not scaling)
     assert dev.depends_on("addons-cluster-autoscaler", "autoscaler-identity")
     older = run_program(DEV, {"kubernetesVersion": "1.34"}).one(
         "kubernetes:helm.sh/v3:Release", "cluster-autoscaler").inputs
