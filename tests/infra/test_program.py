@@ -436,6 +436,7 @@ def test_existing_cluster_that_lacks_labels_taint_or_pod_identity_fails_before_a
     assert "no node group is labelled {'role': 'system'}" in message and "systemNodeSelector" in message
     assert "node group gpu lacks the taint nvidia.com/gpu=true:NoSchedule" in message
     assert "aws eks create-addon --cluster-name shared-gpu --addon-name eks-pod-identity-agent" in message
+    assert "or install the agent otherwise" in message  # a self-managed agent is not an add-on
     assert mocks.resources == []
 
 
