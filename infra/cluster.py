@@ -8,13 +8,13 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
+from infra.access import admin_access_entries, cluster_creator
 from infra.kubeconfig import kubeconfigs
 from infra.network import Network
-from infra.policies import CLUSTER_ADMIN_POLICY_ARN, NODE_POLICY_ARNS, assume_role
+from infra.policies import NODE_POLICY_ARNS, assume_role
 from stack import catalog
 from stack.config import StackConfig
 from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
-from training.config import InputError
 
 # The system node runs the Ray head and the job submitter in the full Ray Train CUDA image (many
 # GiB unpacked): the EKS default of 20 GiB ends in failed pulls or DiskPressure evictions.
@@ -39,6 +39,8 @@ class Cluster(pulumi.ComponentResource):
         self.cfg, self.name = cfg, name
         self.system_role, system_policies = self._create_node_role("system")
         self.gpu_role, gpu_policies = self._create_node_role("gpu")
+        # Recorded so that a later `pulumi up` by someone else plans the same access entries.
+        self.creator = cluster_creator()
         self.eks = self._create_cluster(network, profile)
         # The created cluster as AWS reports it: its name (an output, so dependents wait for the
         # cluster) and the EKS-managed cluster security group, which allows all traffic to and
@@ -88,7 +90,8 @@ class Cluster(pulumi.ComponentResource):
             private_subnet_ids=[s.id for s in network.private_subnets],
             node_associate_public_ip_address=False, skip_default_node_group=True,
             authentication_mode=eks.AuthenticationMode.API,
-            access_entries=admin_access_entries(cfg.admin_principal_arn),
+            access_entries=self.creator.apply(
+                lambda creator: admin_access_entries(cfg.admin_principal_arn, creator)),
             endpoint_private_access=True, endpoint_public_access=not cfg.api_private_only,
             public_access_cidrs=None if cfg.api_private_only else list(cfg.api_public_cidrs),
             provider_credential_opts={"profile_name": profile} if profile else None,
@@ -151,48 +154,6 @@ class Cluster(pulumi.ComponentResource):
 
 def _template_ref(template: aws.ec2.LaunchTemplate) -> dict:
     return {"id": template.id, "version": template.latest_version.apply(str)}
-
-
-class AccessError(InputError):
-    """adminPrincipalArn names the identity that creates the cluster."""
-
-
-def check_admin_principal(admin_arn: str | None) -> None:
-    """Refuse adminPrincipalArn when it is the deployer: pulumi-eks always creates the cluster
-    with `bootstrapClusterCreatorAdminPermissions: true` (cluster/cluster.ts), so the creator
-    already has a cluster-admin access entry and a second one is a 409 ResourceInUseException
-    (pulumi/pulumi-eks#2373). Refused rather than skipped: a skip would depend on who runs
-    `pulumi up`, and a later run by someone else would plan the entry again (409)."""
-    if not admin_arn:
-        return
-    deployer = aws.iam.get_session_context(arn=aws.get_caller_identity().arn).issuer_arn
-    if principal_key(admin_arn) == principal_key(deployer):
-        raise AccessError(
-            f"adminPrincipalArn: {admin_arn} is the identity running `pulumi up` ({deployer}), "
-            "which EKS already makes cluster-admin as the cluster's creator: unset it "
-            "(pulumi config rm adminPrincipalArn), or set it to another role or user")
-
-
-def principal_key(arn: str) -> tuple[str, str, str]:
-    """(account, role|user, name) of an IAM role/user ARN or an STS assumed-role ARN, without
-    the IAM path: an SSO role's issuer ARN is role/aws-reserved/sso.amazonaws.com/<name>, while
-    people usually write role/<name> (a role's or user's name is unique in its account)."""
-    _, _, _, _, account, resource = arn.split(":", 5)
-    kind, _, rest = resource.partition("/")
-    if kind == "assumed-role":
-        return account, "role", rest.split("/", 1)[0]
-    return account, kind, rest.rsplit("/", 1)[-1]
-
-
-def admin_access_entries(admin_arn: str | None) -> dict:
-    """A cluster-admin access entry for adminPrincipalArn (never the creator: see
-    check_admin_principal)."""
-    if not admin_arn:
-        return {}
-    return {"admin": eks.AccessEntryArgs(
-        principal_arn=admin_arn,
-        access_policies={"cluster-admin": eks.AccessPolicyAssociationArgs(
-            policy_arn=CLUSTER_ADMIN_POLICY_ARN, access_scope={"type": "cluster"})})}
 
 
 def autoscaler_node_template_tags(cfg: StackConfig) -> dict[str, str]:

@@ -70,6 +70,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.region = region
         self.deployer = deployer  # the caller identity: an assumed-role session by default
         self.role_path = role_path  # the deployer role's IAM path, e.g. an SSO role's
+        # This stack's outputs from its previous update, as a StackReference to it reads them
+        # ({} on the first update of a new stack).
+        self.previous_outputs: dict = {}
         self.offering = ZONES[region][1:] if offering is None else offering
         self.gpu_types = {"g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "p5.48xlarge"}
         self.resources: list[Recorded] = []
@@ -98,6 +101,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         outputs = {k: v for k, v in args.inputs.items() if not _has_resource(v)}
         if args.typ.startswith("aws:"):
             outputs.setdefault("name", args.name)  # auto-naming
+        if args.typ == "pulumi:pulumi:StackReference":
+            outputs.update(outputs=self.previous_outputs, secretOutputNames=[])
         if args.typ == "eks:index:Cluster":
             outputs["kubeconfigJson"] = json.dumps({"apiVersion": "v1", "kind": "Config"})
         if args.typ == "aws:s3/bucket:Bucket":
@@ -221,8 +226,9 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
     raw, region = raw_config(stack_file)
     raw.update(overrides or {})
     mocks = mocks or RecordingMocks(region, offering)
+    # "organization": what a DIY (--local, S3) backend reports as the stack's organization.
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name(stack_file), preview=False,
-                             monitor=RecordingMonitor(mocks))
+                             monitor=RecordingMonitor(mocks), organization="organization")
     config = {f"{PROJECT}:{k}": v for k, v in raw.items()}
     config["aws:region"] = region
     config.update({f"aws:{k}": v for k, v in (aws_config or {}).items()})

@@ -10,7 +10,7 @@ from infra.policies import NODE_POLICY_ARNS
 from infra.zones import NetworkError
 from infra.zones import EKS_UNSUPPORTED_ZONE_IDS
 from tests.infra.mocks import ZONE_DATA, ZONES, RecordingMocks, run_program
-from tests.stack.stacks import STACK_FILES, stack_name
+from tests.stack.stacks import PROJECT, STACK_FILES, stack_name
 
 DEV = next(p for p in STACK_FILES if stack_name(p) == "dev")
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -150,6 +150,14 @@ def test_admin_access_entry_and_private_endpoint():
 
 
 SSO_ROLE = "AWSReservedSSO_AdministratorAccess_0123456789abcdef"
+TEAM = "arn:aws:iam::123456789012:role/platform-admins"
+
+
+def _entries(deployer: str, admin: str, role_path: str = "/", previous: dict | None = None):
+    mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path)
+    mocks.previous_outputs = previous or {}
+    run_program(DEV, {"adminPrincipalArn": admin}, mocks=mocks)
+    return mocks.one("eks:index:Cluster").inputs.get("accessEntries"), mocks
 
 
 @pytest.mark.parametrize("deployer, role_path, admin", [
@@ -159,26 +167,38 @@ SSO_ROLE = "AWSReservedSSO_AdministratorAccess_0123456789abcdef"
     ("arn:aws:sts::123456789012:assumed-role/deployer/alice", "/", "arn:aws:iam::123456789012:role/deployer"),
     ("arn:aws:iam::123456789012:user/ci/deployer", "/", "arn:aws:iam::123456789012:user/deployer"),
 ])
-def test_admin_principal_that_is_the_deployer_is_refused_before_any_resource(deployer, role_path, admin):
+def test_no_second_access_entry_for_the_creator(deployer, role_path, admin):
     """EKS already gave the cluster's creator an access entry (pulumi-eks always bootstraps it);
-    another one for the same principal is a 409 ResourceInUseException. Refused, not skipped, so
-    the planned entries never depend on who runs `pulumi up`."""
-    from infra.cluster import AccessError
+    another one for the same principal is a 409 ResourceInUseException. Compared by account,
+    kind and name: an SSO role's issuer ARN has a path users leave out."""
+    entries, mocks = _entries(deployer, admin, role_path)
+    assert not entries
+    # The creator is recorded (with its path) for later runs.
+    assert mocks.exports["clusterCreatorArn"].endswith(admin.rsplit("/", 1)[1])
+    assert mocks.exports["clusterCreatorArn"].startswith("arn:aws:iam::123456789012:")
 
-    mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path)
-    with pytest.raises(AccessError, match="^adminPrincipalArn: .* EKS already makes cluster-admin"):
-        run_program(DEV, {"adminPrincipalArn": admin}, mocks=mocks)
-    assert mocks.resources == []
+
+def test_access_entries_stick_to_the_creator_not_the_current_deployer():
+    """Alice created the cluster with adminPrincipalArn = her own role (no entry). Bob's later
+    `pulumi up` must not plan an entry for Alice (409), and must keep the team's entry."""
+    alice = "arn:aws:iam::123456789012:role/alice"
+    bob = "arn:aws:sts::123456789012:assumed-role/bob/session"
+    first, first_run = _entries("arn:aws:sts::123456789012:assumed-role/alice/s", alice)
+    assert not first and first_run.exports["clusterCreatorArn"] == alice
+    later, later_run = _entries(bob, alice, previous={"clusterCreatorArn": alice})
+    assert not later and later_run.exports["clusterCreatorArn"] == alice  # stays Alice
+    team, _ = _entries(bob, TEAM, previous={"clusterCreatorArn": alice})
+    assert team["admin"]["principalArn"] == TEAM
+    # Bob himself as admin on Alice's cluster: Bob has no entry yet, so he gets one.
+    bob_entry, _ = _entries(bob, "arn:aws:iam::123456789012:role/bob",
+                            previous={"clusterCreatorArn": alice})
+    assert bob_entry["admin"]["principalArn"] == "arn:aws:iam::123456789012:role/bob"
 
 
-def test_admin_access_entry_does_not_depend_on_who_deploys():
-    """Alice creates the cluster with her team's role as admin; Bob's later run plans the same
-    entry (no replan of an entry for the creator, which would be a 409)."""
-    team = "arn:aws:iam::123456789012:role/platform-admins"
-    entries = [run_program(DEV, {"adminPrincipalArn": team}, mocks=RecordingMocks(
-        "us-west-2", deployer=f"arn:aws:sts::123456789012:assumed-role/{who}/s")).one(
-        "eks:index:Cluster").inputs["accessEntries"] for who in ("alice", "bob")]
-    assert entries[0] == entries[1] and entries[0]["admin"]["principalArn"] == team
+def test_the_stack_reads_its_own_previous_outputs():
+    m = run_program(DEV)
+    (ref,) = m.of_type("pulumi:pulumi:StackReference")
+    assert ref.inputs["name"] == f"organization/{PROJECT}/dev"  # this stack itself
 
 
 def _exec_args(kubeconfig: str) -> list[str]:
