@@ -22,7 +22,7 @@ class AutoscalerIdentity(pulumi.ComponentResource):
         role = aws.iam.Role(f"{name}-role", assume_role_policy=json.dumps(pod_identity_trust()),
                             tags=dict(cfg.tags), opts=child)
         policy = aws.iam.RolePolicy(f"{name}-policy", role=role.id,
-                           policy=json.dumps(cluster_autoscaler()), opts=child)
+                           policy=json.dumps(cluster_autoscaler(cfg.name)), opts=child)
         self.association = aws.eks.PodIdentityAssociation(
             f"{name}-identity", cluster_name=cluster_name, namespace=AUTOSCALER_NAMESPACE,
             service_account=AUTOSCALER_SERVICE_ACCOUNT, role_arn=role.arn,

@@ -8,9 +8,10 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
+from infra.access import admin_access_entries, cluster_creator
 from infra.kubeconfig import kubeconfigs
 from infra.network import Network
-from infra.policies import CLUSTER_ADMIN_POLICY_ARN, NODE_POLICY_ARNS, assume_role
+from infra.policies import NODE_POLICY_ARNS, assume_role
 from stack import catalog
 from stack.config import StackConfig
 from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
@@ -38,6 +39,8 @@ class Cluster(pulumi.ComponentResource):
         self.cfg, self.name = cfg, name
         self.system_role, system_policies = self._create_node_role("system")
         self.gpu_role, gpu_policies = self._create_node_role("gpu")
+        # Recorded so that a later `pulumi up` by someone else plans the same access entries.
+        self.creator = cluster_creator()
         self.eks = self._create_cluster(network, profile)
         # The created cluster as AWS reports it: its name (an output, so dependents wait for the
         # cluster) and the EKS-managed cluster security group, which allows all traffic to and
@@ -81,17 +84,14 @@ class Cluster(pulumi.ComponentResource):
 
     def _create_cluster(self, network: Network, profile: str | None) -> eks.Cluster:
         cfg = self.cfg
-        deployer = deployer_principal_arn() if cfg.admin_principal_arn else None
-        if deployer and deployer == cfg.admin_principal_arn:
-            pulumi.log.info(f"adminPrincipalArn {deployer} runs this deployment: EKS already gave "
-                            "it cluster-admin as the cluster's creator; no second access entry")
         return eks.Cluster(
             f"{self.name}-cluster", name=cfg.name, version=cfg.kubernetes_version, vpc_id=network.vpc.id,
             public_subnet_ids=[s.id for s in network.public_subnets],
             private_subnet_ids=[s.id for s in network.private_subnets],
             node_associate_public_ip_address=False, skip_default_node_group=True,
             authentication_mode=eks.AuthenticationMode.API,
-            access_entries=admin_access_entries(cfg.admin_principal_arn, deployer),
+            access_entries=self.creator.apply(
+                lambda creator: admin_access_entries(cfg.admin_principal_arn, creator)),
             endpoint_private_access=True, endpoint_public_access=not cfg.api_private_only,
             public_access_cidrs=None if cfg.api_private_only else list(cfg.api_public_cidrs),
             provider_credential_opts={"profile_name": profile} if profile else None,
@@ -156,24 +156,6 @@ def _template_ref(template: aws.ec2.LaunchTemplate) -> dict:
     return {"id": template.id, "version": template.latest_version.apply(str)}
 
 
-def deployer_principal_arn() -> str:
-    """The IAM role or user whose credentials run `pulumi up` (an assumed-role session maps to its
-    role, with its path, through iam:GetRole)."""
-    return aws.iam.get_session_context(arn=aws.get_caller_identity().arn).issuer_arn
-
-
-def admin_access_entries(admin_arn: str | None, deployer_arn: str | None) -> dict:
-    """pulumi-eks always creates the cluster with `bootstrapClusterCreatorAdminPermissions: true`
-    (cluster/cluster.ts), so the deployer already has a cluster-admin access entry; a second one
-    for the same principal fails with 409 ResourceInUseException (pulumi/pulumi-eks#2373)."""
-    if not admin_arn or admin_arn == deployer_arn:
-        return {}
-    return {"admin": eks.AccessEntryArgs(
-        principal_arn=admin_arn,
-        access_policies={"cluster-admin": eks.AccessPolicyAssociationArgs(
-            policy_arn=CLUSTER_ADMIN_POLICY_ARN, access_scope={"type": "cluster"})})}
-
-
 def autoscaler_node_template_tags(cfg: StackConfig) -> dict[str, str]:
     """What cluster-autoscaler cannot know about a GPU node before one exists: its EFA devices."""
     return {f"{NODE_TEMPLATE_RESOURCE_TAG}{EFA_RESOURCE}": str(cfg.gpu.efa_interfaces)}
@@ -197,9 +179,7 @@ def gpu_launch_template_args(cfg: StackConfig, placement_group: pulumi.Input[str
                              security_group_id: pulumi.Input[str]) -> dict:
     """Launch-template inputs for the EFA GPU nodes (pure: tested without Pulumi's engine)."""
     args = node_launch_template_args(cfg, cfg.root_volume_gib)
-    args["network_interfaces"] = [{
-        "device_index": 0, "network_card_index": 0, "interface_type": "efa",
-        "security_groups": [security_group_id], "delete_on_termination": "true"}]
+    args["network_interfaces"] = efa_network_interfaces(cfg.gpu.efa_interfaces, security_group_id)
     if placement_group is not None:
         args["placement"] = {"group_name": placement_group}
     if cfg.reserved:
@@ -209,3 +189,13 @@ def gpu_launch_template_args(cfg: StackConfig, placement_group: pulumi.Input[str
         args["instance_market_options"] = {"market_type": "capacity-block"}
         args["instance_type"] = cfg.gpu_instance_type
     return args
+
+
+def efa_network_interfaces(count: int, security_group_id: pulumi.Input[str]) -> list[dict]:
+    """One EFA interface per network card, as many as the pods request (p5.48xlarge: 32): the
+    EC2 user guide (efa-acc-inst-types, "EFA configuration for P5") puts the primary on network
+    card 0 / device index 0 and each further one on the next network card with device index 1.
+    Every EFA carries the security group that allows all traffic to and from itself (efa-start)."""
+    return [{"device_index": 0 if card == 0 else 1, "network_card_index": card,
+             "interface_type": "efa", "security_groups": [security_group_id],
+             "delete_on_termination": "true"} for card in range(count)]

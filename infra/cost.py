@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 
+from infra.cluster import SYSTEM_ROOT_VOLUME_GIB
 from stack.catalog import KUBERNETES_RELEASES, PRICES_SOURCE, PRICES_USD_PER_HOUR
 from stack.config import StackConfig
 
@@ -16,18 +17,24 @@ def control_plane_price(kubernetes_version: str, today: date) -> float:
 
 
 def hourly_cost(cfg: StackConfig, today: date) -> dict:
-    """USD per hour with no job (control plane, NAT gateway, system nodes) and while a run of
-    `gpuNodeCount` GPU nodes is going, with the breakdown. An existing cluster's own costs are
-    not this stack's."""
+    """USD per hour with no job (control plane, NAT gateway and its public IPv4 address, system
+    nodes and their root volumes) and while a run of `gpuNodeCount` GPU nodes is going (their
+    root volumes go with them: delete on termination), with the breakdown. An existing
+    cluster's own costs are not this stack's."""
     price = PRICES_USD_PER_HOUR
-    own_cluster = cfg.existing_cluster_name is None
+    own = 1 if cfg.existing_cluster_name is None else 0
+    system = own * cfg.system_node_count
     idle = {
-        "systemNodes": round(cfg.system_node_count * price[cfg.system_instance_type], 4)
-        if own_cluster else 0.0,
-        "eksControlPlane": control_plane_price(cfg.kubernetes_version, today) if own_cluster else 0.0,
-        "natGateway": price["nat-gateway"] if own_cluster else 0.0,
+        "systemNodes": round(system * price[cfg.system_instance_type], 4),
+        "systemRootVolumes": round(system * SYSTEM_ROOT_VOLUME_GIB * price["gp3-gb"], 4),
+        "eksControlPlane": control_plane_price(cfg.kubernetes_version, today) if own else 0.0,
+        "natGateway": own * price["nat-gateway"],
+        "natPublicIpv4": own * price["public-ipv4"],
     }
-    gpu = round(cfg.gpu_node_count * price[cfg.gpu_instance_type], 4)
+    run = {
+        "gpuNodesDuringRun": round(cfg.gpu_node_count * price[cfg.gpu_instance_type], 4),
+        "gpuRootVolumesDuringRun": round(cfg.gpu_node_count * cfg.root_volume_gib * price["gp3-gb"], 4),
+    }
     return {"idleUsdPerHour": round(sum(idle.values()), 4),
-            "runUsdPerHour": round(sum(idle.values()) + gpu, 4),
-            "breakdown": {**idle, "gpuNodesDuringRun": gpu}, "source": PRICES_SOURCE}
+            "runUsdPerHour": round(sum(idle.values()) + sum(run.values()), 4),
+            "breakdown": {**idle, **run}, "source": PRICES_SOURCE}

@@ -78,5 +78,6 @@ def missing(cfg: StackConfig,
     if not has_pod_identity:
         problems.append(f"the {POD_IDENTITY_ADDON} add-on is missing (Ray pods reach S3 through Pod "
                         f"Identity): aws eks create-addon --cluster-name {cfg.existing_cluster_name} "
-                        f"--addon-name {POD_IDENTITY_ADDON}")
+                        f"--addon-name {POD_IDENTITY_ADDON}, or install the agent otherwise (a "
+                        "self-managed agent is not an add-on and is not seen here)")
     return problems

@@ -71,9 +71,11 @@ class Network(pulumi.ComponentResource):
             for i, subnet in enumerate(subnets):
                 aws.ec2.RouteTableAssociation(f"{name}-{kind}-rt-{i}", subnet_id=subnet.id,
                                               route_table_id=table.id, opts=child)
-        # Checkpoints and image layers (ECR serves layers from S3) reach S3 without the NAT
-        # gateway: no per-GB NAT processing charge and no NAT throughput ceiling. A gateway
-        # endpoint itself costs nothing.
+        # Checkpoints, and the layers of images in *private* ECR (stored in S3: ECR user guide,
+        # vpc-endpoints), reach S3 without the NAT gateway: no per-GB NAT processing charge and
+        # no NAT throughput ceiling. A gateway endpoint itself costs nothing. The Ray image comes
+        # from ECR Public (public.ecr.aws), which VPC endpoints do not serve (same page): its
+        # pulls still cross the NAT gateway (README, "What runs when").
         aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{region}.s3",
                             vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id], tags=tags,
                             opts=child)

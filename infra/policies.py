@@ -33,10 +33,14 @@ def bucket_access(bucket_arn: str) -> dict:
     ]}
 
 
-def cluster_autoscaler() -> dict:
-    """Exactly the "Full Cluster Autoscaler Features Policy" of kubernetes/autoscaler
-    cloudprovider/aws/README.md: auto-discovery, instance types from EC2, and eks:DescribeNodegroup
-    for the labels, taints and resource tags of a managed node group at zero nodes."""
+def cluster_autoscaler(cluster_name: str) -> dict:
+    """The "Full Cluster Autoscaler Features Policy" of kubernetes/autoscaler
+    cloudprovider/aws/README.md (auto-discovery, instance types from EC2, eks:DescribeNodegroup for
+    the labels, taints and resource tags of a managed node group at zero nodes), with its scaling
+    actions restricted by tag as that README recommends: EKS tags a managed node group's Auto
+    Scaling group for the Cluster Autoscaler (EKS user guide, managed-node-groups), with
+    k8s.io/cluster-autoscaler/<cluster>: owned, the condition of the EKS user guide's
+    cluster-autoscaler policy. The autoscaler can then resize only this cluster's groups."""
     return {"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": [
             "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
@@ -46,5 +50,6 @@ def cluster_autoscaler() -> dict:
             "eks:DescribeNodegroup"], "Resource": ["*"]},
         {"Effect": "Allow", "Action": [
             "autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
-         "Resource": ["*"]},
+         "Resource": ["*"], "Condition": {"StringEquals": {
+             f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}}},
     ]}

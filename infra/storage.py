@@ -20,18 +20,21 @@ class CheckpointStorage(pulumi.ComponentResource):
         super().__init__("eksraytrain:infra:CheckpointStorage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         # Without forceDestroyBucket, `pulumi destroy` keeps the bucket and its checkpoints (it
-        # leaves the stack's state, not the account) instead of failing on a non-empty bucket.
+        # leaves the stack's state, not the account) instead of failing on a non-empty bucket,
+        # and keeps it encrypted and private: its encryption and public-access settings are kept
+        # with it (deleting them would leave a retained bucket without its public access block).
+        kept = pulumi.ResourceOptions(parent=self, retain_on_delete=not cfg.force_destroy_bucket)
         self.bucket = aws.s3.Bucket(
             f"{name}-checkpoints", force_destroy=cfg.force_destroy_bucket, tags=dict(cfg.tags),
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not cfg.force_destroy_bucket))
+            opts=kept)
         aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-checkpoints-sse", bucket=self.bucket.id,
             rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "aws:kms"},
-                    "bucket_key_enabled": True}], opts=child)
+                    "bucket_key_enabled": True}], opts=kept)
         aws.s3.BucketPublicAccessBlock(
             f"{name}-checkpoints-private", bucket=self.bucket.id, block_public_acls=True,
             block_public_policy=True, ignore_public_acls=True, restrict_public_buckets=True,
-            opts=child)
+            opts=kept)
         self.role = aws.iam.Role(f"{name}-ray-pods", assume_role_policy=json.dumps(
             pod_identity_trust()), tags=dict(cfg.tags), opts=child)
         aws.iam.RolePolicy(f"{name}-ray-pods-bucket", role=self.role.id,

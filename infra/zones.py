@@ -30,8 +30,9 @@ def choose_zones(configured: str | None, zone_ids: Mapping[str, str], gpu_offeri
                  system_offering: list[str], gpu_type: str, system_type: str) -> list[str]:
     """Two zones, the GPU zone first. Both hold control-plane subnets, so both must be regular
     zones whose IDs EKS accepts (`zone_ids`: name -> ID of the Region's regular zones, in AWS's
-    order). The GPU zone is the configured one, else the first that offers the GPU type; the
-    second is the first other zone that offers the system type (the system group spans both)."""
+    order). The system node group spans both zones, so both must offer the system type. The GPU
+    zone is the configured one, else the first that offers both types; the second is the first
+    other zone that offers the system type."""
     usable = [z for z, zid in zone_ids.items() if zid not in EKS_UNSUPPORTED_ZONE_IDS]
     if configured:
         if configured not in zone_ids:
@@ -43,12 +44,20 @@ def choose_zones(configured: str | None, zone_ids: Mapping[str, str], gpu_offeri
         if configured not in gpu_offering:
             raise NetworkError(f"gpuAvailabilityZone: {configured} does not offer {gpu_type} "
                                f"(zones that do: {', '.join(sorted(gpu_offering)) or 'none'})")
+        if configured not in system_offering:
+            raise NetworkError(f"gpuAvailabilityZone: {configured} does not offer the system node "
+                               f"type {system_type}, whose node group spans both zones: choose "
+                               f"another zone or systemInstanceType")
         gpu_zone = configured
     else:
-        candidates = [z for z in usable if z in gpu_offering]
-        if not candidates:
+        if not [z for z in usable if z in gpu_offering]:
             raise NetworkError(f"gpuInstanceType: no availability zone of this Region offers "
                                f"{gpu_type}; choose another Region (aws:region) or instance type")
+        candidates = [z for z in usable if z in gpu_offering and z in system_offering]
+        if not candidates:
+            raise NetworkError(f"systemInstanceType: no zone that offers {gpu_type} also offers "
+                               f"{system_type} (the system node group spans the GPU zone too); "
+                               "choose another system instance type")
         gpu_zone = candidates[0]
     others = [z for z in usable if z != gpu_zone and z in system_offering]
     if not others:

@@ -45,9 +45,11 @@ INSTANCES: dict[str, InstanceFacts] = {
                                 gpu_memory_gib=24, efa_interfaces=0, network_gbps=10),
 }
 
-# On-demand USD per hour, us-east-1 and us-west-2 (same price in both), from the AWS EC2, EKS and
-# VPC pricing pages, read 2026-11. Regions priced differently are estimated with these.
-PRICES_SOURCE = "AWS on-demand pricing pages (EC2, EKS, VPC NAT gateway), us-east-1/us-west-2, 2026-11"
+# On-demand USD per hour, us-east-1 and us-west-2 (same price in both), from the AWS EC2, EKS,
+# VPC (NAT gateway; public IPv4 addresses, in use or not) and EBS pricing pages, read 2026-11.
+# Regions priced differently are estimated with these.
+PRICES_SOURCE = ("AWS on-demand pricing pages (EC2, EKS, VPC NAT gateway and public IPv4, EBS gp3), "
+                 "us-east-1/us-west-2, 2026-11")
 PRICES_USD_PER_HOUR: dict[str, float] = {
     "m7i.xlarge": 0.2016,
     "m7i.2xlarge": 0.4032,
@@ -59,6 +61,10 @@ PRICES_USD_PER_HOUR: dict[str, float] = {
     "eks-control-plane": 0.10,  # a Kubernetes version in standard support
     "eks-control-plane-extended": 0.60,  # the same cluster once its version is in extended support
     "nat-gateway": 0.045,
+    "public-ipv4": 0.005,  # the NAT gateway's Elastic IP
+    # gp3 storage is 0.08 USD per GB-month, prorated by the second over a 30-day month (the EBS
+    # pricing page's example): per GB-hour, 0.08 / 720.
+    "gp3-gb": round(0.08 / 720, 8),
 }
 
 

@@ -65,9 +65,14 @@ class RecordingMocks(pulumi.runtime.Mocks):
     Local Zones included, offers the others)."""
 
     def __init__(self, region: str, offering: list[str] | None = None,
-                 deployer: str = "arn:aws:sts::123456789012:assumed-role/deployer/alice"):
+                 deployer: str = "arn:aws:sts::123456789012:assumed-role/deployer/alice",
+                 role_path: str = "/"):
         self.region = region
         self.deployer = deployer  # the caller identity: an assumed-role session by default
+        self.role_path = role_path  # the deployer role's IAM path, e.g. an SSO role's
+        # This stack's outputs from its previous update, as a StackReference to it reads them
+        # ({} on the first update of a new stack).
+        self.previous_outputs: dict = {}
         self.offering = ZONES[region][1:] if offering is None else offering
         self.gpu_types = {"g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "p5.48xlarge"}
         self.resources: list[Recorded] = []
@@ -96,6 +101,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         outputs = {k: v for k, v in args.inputs.items() if not _has_resource(v)}
         if args.typ.startswith("aws:"):
             outputs.setdefault("name", args.name)  # auto-naming
+        if args.typ == "pulumi:pulumi:StackReference":
+            outputs.update(outputs=self.previous_outputs, secretOutputNames=[])
         if args.typ == "eks:index:Cluster":
             outputs["kubeconfigJson"] = json.dumps({"apiVersion": "v1", "kind": "Config"})
         if args.typ == "aws:s3/bucket:Bucket":
@@ -124,7 +131,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return {"arn": self.deployer, "accountId": account, "userId": "AROAEXAMPLE:alice",
                     "id": account}
         if args.token == "aws:iam/getSessionContext:getSessionContext":
-            return _session_context(args.args["arn"])
+            return _session_context(args.args["arn"], self.role_path)
         if args.token == "aws:eks/getNodeGroups:getNodeGroups":
             return {"clusterName": args.args["clusterName"], "id": args.args["clusterName"],
                     "names": sorted(self.existing_node_groups)}
@@ -171,14 +178,15 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return found[0]
 
 
-def _session_context(arn: str) -> dict:
+def _session_context(arn: str, role_path: str) -> dict:
     """iam.getSessionContext: an assumed-role ARN maps to its role (the provider looks the role up
-    with iam:GetRole, so the issuer ARN carries the role's path); any other ARN maps to itself."""
+    with iam:GetRole, so the issuer ARN carries the role's path, e.g.
+    /aws-reserved/sso.amazonaws.com/ for an SSO role); any other ARN maps to itself."""
     partition, service, account, resource = arn.split(":")[1], arn.split(":")[2], \
         arn.split(":")[4], arn.split(":")[5]
     if service == "sts" and resource.startswith("assumed-role/"):
         _, role, session = resource.split("/", 2)
-        return {"arn": arn, "issuerArn": f"arn:{partition}:iam::{account}:role/{role}",
+        return {"arn": arn, "issuerArn": f"arn:{partition}:iam::{account}:role{role_path}{role}",
                 "issuerId": "AROAEXAMPLE", "issuerName": role, "sessionName": session, "id": arn}
     return {"arn": arn, "issuerArn": arn, "issuerId": "", "issuerName": "", "sessionName": "",
             "id": arn}
@@ -218,8 +226,9 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
     raw, region = raw_config(stack_file)
     raw.update(overrides or {})
     mocks = mocks or RecordingMocks(region, offering)
+    # "organization": what a DIY (--local, S3) backend reports as the stack's organization.
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name(stack_file), preview=False,
-                             monitor=RecordingMonitor(mocks))
+                             monitor=RecordingMonitor(mocks), organization="organization")
     config = {f"{PROJECT}:{k}": v for k, v in raw.items()}
     config["aws:region"] = region
     config.update({f"aws:{k}": v for k, v in (aws_config or {}).items()})

@@ -10,7 +10,7 @@ from infra.policies import NODE_POLICY_ARNS
 from infra.zones import NetworkError
 from infra.zones import EKS_UNSUPPORTED_ZONE_IDS
 from tests.infra.mocks import ZONE_DATA, ZONES, RecordingMocks, run_program
-from tests.stack.stacks import STACK_FILES, stack_name
+from tests.stack.stacks import PROJECT, STACK_FILES, stack_name
 
 DEV = next(p for p in STACK_FILES if stack_name(p) == "dev")
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -20,6 +20,11 @@ LT = "aws:ec2/launchTemplate:LaunchTemplate"
 @pytest.fixture(scope="module")
 def dev():
     return run_program(DEV)
+
+
+def test_the_stack_files_are_found():
+    # The per-stack tests below are parametrized over them: none found would run none.
+    assert {"dev", "prod-use1"} <= {stack_name(p) for p in STACK_FILES}
 
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=stack_name)
@@ -36,6 +41,7 @@ def test_every_stack_file_deploys_the_full_graph(path):
 
 def test_subnets_span_two_zones_with_eks_role_tags_and_gpu_group_in_one(dev):
     subnets = {r.name: r.inputs for r in dev.of_type("aws:ec2/subnet:Subnet")}
+    assert sorted(subnets) == ["net-private-0", "net-private-1", "net-public-0", "net-public-1"]
     assert len({s["availabilityZone"] for s in subnets.values()}) == 2
     assert all(s["tags"].get("kubernetes.io/role/internal-elb") == "1"
                for n, s in subnets.items() if "private" in n)
@@ -143,16 +149,56 @@ def test_admin_access_entry_and_private_endpoint():
     assert cluster["endpointPublicAccess"] is False and "publicAccessCidrs" not in cluster
 
 
-@pytest.mark.parametrize("deployer", [
-    "arn:aws:sts::123456789012:assumed-role/deployer/alice",  # SSO or assumed role: its role
-    "arn:aws:iam::123456789012:role/deployer",
+SSO_ROLE = "AWSReservedSSO_AdministratorAccess_0123456789abcdef"
+TEAM = "arn:aws:iam::123456789012:role/platform-admins"
+
+
+def _entries(deployer: str, admin: str, role_path: str = "/", previous: dict | None = None):
+    mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path)
+    mocks.previous_outputs = previous or {}
+    run_program(DEV, {"adminPrincipalArn": admin}, mocks=mocks)
+    return mocks.one("eks:index:Cluster").inputs.get("accessEntries"), mocks
+
+
+@pytest.mark.parametrize("deployer, role_path, admin", [
+    # An SSO session: the issuer ARN carries the role's path, which users leave out.
+    (f"arn:aws:sts::123456789012:assumed-role/{SSO_ROLE}/alice", "/aws-reserved/sso.amazonaws.com/",
+     f"arn:aws:iam::123456789012:role/{SSO_ROLE}"),
+    ("arn:aws:sts::123456789012:assumed-role/deployer/alice", "/", "arn:aws:iam::123456789012:role/deployer"),
+    ("arn:aws:iam::123456789012:user/ci/deployer", "/", "arn:aws:iam::123456789012:user/deployer"),
 ])
-def test_no_second_access_entry_for_the_deployer(deployer):
+def test_no_second_access_entry_for_the_creator(deployer, role_path, admin):
     """EKS already gave the cluster's creator an access entry (pulumi-eks always bootstraps it);
-    another one for the same principal is a 409 ResourceInUseException."""
-    mocks = RecordingMocks("us-west-2", deployer=deployer)
-    run_program(DEV, {"adminPrincipalArn": "arn:aws:iam::123456789012:role/deployer"}, mocks=mocks)
-    assert not mocks.one("eks:index:Cluster").inputs.get("accessEntries")
+    another one for the same principal is a 409 ResourceInUseException. Compared by account,
+    kind and name: an SSO role's issuer ARN has a path users leave out."""
+    entries, mocks = _entries(deployer, admin, role_path)
+    assert not entries
+    # The creator is recorded (with its path) for later runs.
+    assert mocks.exports["clusterCreatorArn"].endswith(admin.rsplit("/", 1)[1])
+    assert mocks.exports["clusterCreatorArn"].startswith("arn:aws:iam::123456789012:")
+
+
+def test_access_entries_stick_to_the_creator_not_the_current_deployer():
+    """Alice created the cluster with adminPrincipalArn = her own role (no entry). Bob's later
+    `pulumi up` must not plan an entry for Alice (409), and must keep the team's entry."""
+    alice = "arn:aws:iam::123456789012:role/alice"
+    bob = "arn:aws:sts::123456789012:assumed-role/bob/session"
+    first, first_run = _entries("arn:aws:sts::123456789012:assumed-role/alice/s", alice)
+    assert not first and first_run.exports["clusterCreatorArn"] == alice
+    later, later_run = _entries(bob, alice, previous={"clusterCreatorArn": alice})
+    assert not later and later_run.exports["clusterCreatorArn"] == alice  # stays Alice
+    team, _ = _entries(bob, TEAM, previous={"clusterCreatorArn": alice})
+    assert team["admin"]["principalArn"] == TEAM
+    # Bob himself as admin on Alice's cluster: Bob has no entry yet, so he gets one.
+    bob_entry, _ = _entries(bob, "arn:aws:iam::123456789012:role/bob",
+                            previous={"clusterCreatorArn": alice})
+    assert bob_entry["admin"]["principalArn"] == "arn:aws:iam::123456789012:role/bob"
+
+
+def test_the_stack_reads_its_own_previous_outputs():
+    m = run_program(DEV)
+    (ref,) = m.of_type("pulumi:pulumi:StackReference")
+    assert ref.inputs["name"] == f"organization/{PROJECT}/dev"  # this stack itself
 
 
 def _exec_args(kubeconfig: str) -> list[str]:
@@ -163,7 +209,9 @@ def _exec_args(kubeconfig: str) -> list[str]:
                          ids=["own-cluster", "existing-cluster"])
 def test_kubernetes_provider_authenticates_with_the_stack_profile(overrides):
     m = run_program(DEV, overrides, aws_config={"profile": "ml-platform"})
-    for provider in m.of_type("pulumi:providers:kubernetes"):  # k8s, and k8s-crds when adopting
+    providers = m.of_type("pulumi:providers:kubernetes")
+    assert len(providers) == (2 if overrides else 1)  # k8s, and k8s-crds when adopting
+    for provider in providers:
         config = provider.inputs["kubeconfig"]
         args = _exec_args(config.get("value") if isinstance(config, dict) else config)  # secret
         assert args[args.index("--profile") + 1] == "ml-platform"
@@ -241,7 +289,8 @@ def test_private_subnets_reach_s3_through_a_gateway_endpoint(dev):
 def test_destroy_keeps_the_bucket_unless_told_to_empty_it(force, retained):
     m = run_program(DEV, {"forceDestroyBucket": force})
     assert m.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is (force == "true")
-    assert m.options["ckpt-checkpoints"]["retainOnDelete"] is retained
+    for kept in ("ckpt-checkpoints", "ckpt-checkpoints-sse", "ckpt-checkpoints-private"):
+        assert m.options[kept]["retainOnDelete"] is retained, kept  # kept encrypted and private
 
 
 def test_bucket_is_private_encrypted_and_pods_reach_only_it(dev):
@@ -306,6 +355,12 @@ def test_cluster_autoscaler_release_is_pinned_on_the_system_node_with_its_own_ro
     assert {"eks:DescribeNodegroup", "autoscaling:SetDesiredCapacity",
             "autoscaling:TerminateInstanceInAutoScalingGroup"} <= actions
     assert not {a for a in actions if a.endswith("*")}  # named actions only
+    # Scaling only this cluster's node groups: EKS tags their ASGs k8s.io/cluster-autoscaler/<name>.
+    (scaling,) = [s for s in policy["Statement"] if {"autoscaling:SetDesiredCapacity",
+                  "autoscaling:TerminateInstanceInAutoScalingGroup"} & set(s["Action"])]
+    assert scaling["Condition"] == {"StringEquals": {
+        "aws:ResourceTag/k8s.io/cluster-autoscaler/ray-train-dev": "owned"}}
+    assert all("Condition" not in s for s in policy["Statement"] if s is not scaling)
     assert dev.depends_on("addons-cluster-autoscaler", "autoscaler-identity")
     older = run_program(DEV, {"kubernetesVersion": "1.34"}).one(
         "kubernetes:helm.sh/v3:Release", "cluster-autoscaler").inputs
@@ -341,10 +396,11 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
     assert out["gpuAvailabilityZone"] == "us-west-2b"
     assert out["nodeGroups"] == {"system": "ray-train-dev-system", "gpu": "ray-train-dev-gpu"}
     assert out["runCostUsdPerHour"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
+    breakdown = out["hourlyCostBreakdown"]
     assert out["idleCostUsdPerHour"] == pytest.approx(
-        out["runCostUsdPerHour"] - out["hourlyCostBreakdown"]["gpuNodesDuringRun"])
-    assert set(out["hourlyCostBreakdown"]) == {"gpuNodesDuringRun", "systemNodes",
-                                               "eksControlPlane", "natGateway"}
+        out["runCostUsdPerHour"] - breakdown["gpuNodesDuringRun"] - breakdown["gpuRootVolumesDuringRun"])
+    assert set(breakdown) == {"gpuNodesDuringRun", "gpuRootVolumesDuringRun", "systemNodes",
+                              "systemRootVolumes", "eksControlPlane", "natGateway", "natPublicIpv4"}
     assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
     assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
 
@@ -400,6 +456,7 @@ def test_existing_cluster_that_lacks_labels_taint_or_pod_identity_fails_before_a
     assert "no node group is labelled {'role': 'system'}" in message and "systemNodeSelector" in message
     assert "node group gpu lacks the taint nvidia.com/gpu=true:NoSchedule" in message
     assert "aws eks create-addon --cluster-name shared-gpu --addon-name eks-pod-identity-agent" in message
+    assert "or install the agent otherwise" in message  # a self-managed agent is not an add-on
     assert mocks.resources == []
 
 

@@ -22,6 +22,21 @@ def test_second_zone_must_offer_the_system_type():
         zones(system=("us-east-1b", "us-east-1c"))
 
 
+def test_gpu_zone_must_offer_the_system_type_too():
+    """The system node group spans both zones: a GPU zone without the system type would fail at
+    node-group creation, after the cluster is built."""
+    four = {**USE1, "us-east-1d": "use1-az2"}
+    # us-east-1a offers the GPU type first but not the system type: us-east-1c is the GPU zone.
+    assert choose_zones(None, four, ["us-east-1a", "us-east-1c"], ["us-east-1c", "us-east-1d"],
+                        "g6.12xlarge", "m7i.xlarge") == ["us-east-1c", "us-east-1d"]
+    with pytest.raises(NetworkError, match="^systemInstanceType: no zone that offers g6.12xlarge "
+                                           "also offers m7i.xlarge"):
+        zones(gpu=("us-east-1a",), system=("us-east-1c",))
+    with pytest.raises(NetworkError, match="^gpuAvailabilityZone: us-east-1c does not offer the "
+                                           "system node type m7i.xlarge"):
+        zones("us-east-1c", system=("us-east-1a",))
+
+
 @pytest.mark.parametrize("configured, message", [
     ("us-east-1b", "is zone ID use1-az3, where EKS does not accept control-plane subnets"),
     ("us-west-2-lax-1a", "is not an available regular zone"),

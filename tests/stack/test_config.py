@@ -104,11 +104,25 @@ def test_cost_idle_and_during_a_run():
     # The reference quotes ~9.50 USD/h for 2x g6.12xlarge + system node + EKS + NAT.
     assert 9.0 < cost["runUsdPerHour"] < 10.0
     assert cost["runUsdPerHour"] == pytest.approx(sum(cost["breakdown"].values()))
-    assert cost["idleUsdPerHour"] == pytest.approx(
-        cost["runUsdPerHour"] - cost["breakdown"]["gpuNodesDuringRun"])
+    during_run = cost["breakdown"]["gpuNodesDuringRun"] + cost["breakdown"]["gpuRootVolumesDuringRun"]
+    assert cost["idleUsdPerHour"] == pytest.approx(cost["runUsdPerHour"] - during_run)
     assert cost["idleUsdPerHour"] < 0.5  # control plane, NAT gateway and one m7i.xlarge
     none = hourly_cost(parse({"gpuNodeCount": "0"}, "us-west-2"), before_extended)
     assert none["runUsdPerHour"] == none["idleUsdPerHour"]
+
+
+def test_cost_counts_the_nat_address_and_the_root_volumes():
+    """The NAT gateway's public IPv4 (0.005 USD/h), the system nodes' 100 GiB gp3 root volumes
+    (always) and the GPU nodes' rootVolumeGib (during a run), at 0.08 USD per GB-month."""
+    from infra.cost import hourly_cost
+
+    cfg = parse({"systemNodeCount": "2", "gpuNodeCount": "3", "rootVolumeGib": "400"}, "us-west-2")
+    breakdown = hourly_cost(cfg, date(2026, 11, 30))["breakdown"]
+    assert breakdown["natPublicIpv4"] == 0.005
+    assert breakdown["systemRootVolumes"] == pytest.approx(2 * 100 * 0.08 / 720, abs=1e-4)
+    assert breakdown["gpuRootVolumesDuringRun"] == pytest.approx(3 * 400 * 0.08 / 720, abs=1e-4)
+    existing = hourly_cost(parse({"existingClusterName": "shared"}, "us-west-2"), date(2026, 11, 30))
+    assert existing["breakdown"]["natPublicIpv4"] == existing["breakdown"]["systemRootVolumes"] == 0
 
 
 @pytest.mark.parametrize("version, today, price", [
