@@ -25,7 +25,7 @@ def run() -> None:
     # Everything that can be wrong with the inputs fails here, before any resource exists.
     cfg = pulumi_config.load()
     code = bundle(REPO)
-    hf_token = pulumi.Config().get_secret("hfToken")
+    hf_token = pulumi_config.hf_token()
 
     if cfg.existing_cluster_name:
         cluster_name, kubeconfig = existing.lookup(cfg.existing_cluster_name, cfg.region)

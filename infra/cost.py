@@ -1,4 +1,4 @@
-"""Hourly cost of the stack from the one price table (infra/catalog.py)."""
+"""Hourly cost of the stack from the one price table (stack/catalog.py)."""
 
 from __future__ import annotations
 

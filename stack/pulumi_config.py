@@ -13,7 +13,10 @@ from stack.kube import JOB_HASH_LEN, RAYJOB_NAME_MAX
 
 def raw_project_config() -> dict[str, str]:
     """Every `<project>:<key>` value the engine passed in (Pulumi.yaml defaults merged in by the
-    CLI), keyed by `<key>`; secrets stay out (they are read where they are used)."""
+    CLI), keyed by `<key>`. The Python language host hands the program the whole stack config as
+    PULUMI_CONFIG and the exec shim loads it with set_all_config (pulumi/pulumi
+    sdk/python/cmd/pulumi-language-python/main.go, pulumi-language-python-exec), so reading the
+    runtime's config map sees every key, known or not."""
     prefix = f"{pulumi.get_project()}:"
     values = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     return {k.removeprefix(prefix): v for k, v in values.items() if k.startswith(prefix)}
@@ -23,3 +26,8 @@ def load() -> StackConfig:
     region = pulumi.Config("aws").get("region") or ""
     default_name = f"{pulumi.get_project()}-{pulumi.get_stack()}"[:RAYJOB_NAME_MAX - JOB_HASH_LEN - 1]
     return parse(raw_project_config(), region, default_name=default_name)
+
+
+def hf_token() -> pulumi.Output[str] | None:
+    """The hub token as a secret Output, or None when the stack sets none (its default is "")."""
+    return pulumi.Config().get_secret("hfToken") if raw_project_config().get("hfToken") else None

@@ -14,13 +14,13 @@ import json
 import logging
 import os
 import sys
-import typing
 import warnings
 from pathlib import Path
 
 from training import quiet
 from training.config import LOCAL_DEFAULTS, ConfigError, TrainConfig
 from training.data import RANDOM_MODES, DataError, build_text_dataset
+from training.flags import add_config_flags
 from training.model import ModelError, is_builtin, max_positions, model_config
 from training.ray_setup import init_ray
 from training.storage import Storage, StorageError, check_writable, resolve
@@ -38,27 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "(the defaults of a laptop run; other flags still apply)")
     add_config_flags(ap)
     return ap
-
-
-def add_config_flags(ap: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
-    """One flag per TrainConfig field (or the `names` given), typed and documented from the
-    field, defaulting to None so that only what the user gave overrides a default. The job and
-    the benchmark (`python -m bench`) share these flags."""
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        if names is not None and f.name not in names:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        hidden = f.metadata.get("hidden")
-        help_text = argparse.SUPPRESS if hidden else f"{f.metadata['help']} (default: {f.default})"
-        hint = hints[f.name]
-        if hint in (bool, bool | None):
-            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif typing.get_origin(hint) is typing.Literal:
-            ap.add_argument(flag, choices=typing.get_args(hint), default=None, help=help_text)
-        else:
-            base = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
-            ap.add_argument(flag, type=base, default=None, help=help_text)
 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:

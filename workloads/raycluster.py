@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from stack.config import StackConfig
-from stack.kube import GPU_LABELS, GPU_TOLERATION, SYSTEM_LABELS
-from stack.kube import HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT
+from stack.kube import (GPU_LABELS, GPU_TOLERATION, HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT,
+                        SYSTEM_LABELS)
 
 # Head pod: fits beside the KubeRay operator (100m/512Mi) and the node's DaemonSets on an
 # m7i.xlarge (4 vCPU, 16 GiB, ~3.9 CPU / ~14.5 GiB allocatable).

@@ -7,6 +7,7 @@ unchanged `pulumi up` changes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -14,9 +15,10 @@ import shlex
 import yaml
 
 from stack.config import StackConfig
-from stack.kube import JOB_HASH_LEN
+from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE
+from training.config import TrainConfig
+from training.flags import render
 from workloads.code_bundle import CodeBundle
-from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, NAMESPACE
 
 
 def run_name(cfg: StackConfig) -> str:
@@ -26,24 +28,25 @@ def run_name(cfg: StackConfig) -> str:
     return f"{cfg.name}-run-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
+def job_settings(cfg: StackConfig, storage_uri: str) -> TrainConfig:
+    """The job's settings on this stack: the stack's `training` object (validated by TrainConfig)
+    plus what the stack decides (stack.config.SET_BY_THE_STACK)."""
+    return dataclasses.replace(
+        cfg.training, num_workers=cfg.num_workers, use_gpu=True, storage_path=storage_uri,
+        name=run_name(cfg), address="auto",
+        # Traffic crosses nodes: anything but EFA is a failure.
+        expect_transport="efa" if cfg.gpu_node_count > 1 else "any")
+
+
 def entrypoint_args(cfg: StackConfig, storage_uri: str) -> list[str]:
-    """The training CLI's flags for this stack (see `python -m training --help`)."""
-    t = cfg.training
-    args = ["python", "-m", "training", "--address", "auto",
-            "--model", t.model, "--steps", str(t.steps), "--seq-len", str(t.seq_len),
-            "--micro-batch-size", str(t.micro_batch_size), "--lr", str(t.lr), "--data", t.data,
-            "--num-workers", str(cfg.num_workers), "--use-gpu",
-            "--storage-path", storage_uri, "--name", run_name(cfg),
-            "--checkpoint-every", str(t.checkpoint_every)]
-    if cfg.gpu_node_count > 1:  # traffic crosses nodes: anything but EFA is a failure
-        args += ["--expect-transport", "efa"]
-    return args
+    """`python -m training` with the flags of this stack's job settings."""
+    return ["python", "-m", "training", *render(job_settings(cfg, storage_uri))]
 
 
 def job_hash(bundle: CodeBundle, cfg: StackConfig, storage_uri: str) -> str:
     """Changes with the code or any setting the job runs with, and with nothing else."""
-    settings = {"training": cfg.training.__dict__, "workers": cfg.num_workers,
-                "image": cfg.image, "storage": storage_uri, "strict_efa": cfg.strict_efa}
+    settings = {"job": entrypoint_args(cfg, storage_uri), "extra_pip": cfg.extra_pip,
+                "image": cfg.image, "strict_efa": cfg.strict_efa}
     h = hashlib.sha256(bundle.digest.encode())
     h.update(json.dumps(settings, sort_keys=True, default=list).encode())
     return h.hexdigest()[:JOB_HASH_LEN]
@@ -52,8 +55,8 @@ def job_hash(bundle: CodeBundle, cfg: StackConfig, storage_uri: str) -> str:
 def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict:
     name = f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
     runtime_env = {"working_dir": CODE_MOUNT}
-    if cfg.training.extra_pip:
-        runtime_env["pip"] = list(cfg.training.extra_pip)
+    if cfg.extra_pip:
+        runtime_env["pip"] = list(cfg.extra_pip)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
@@ -64,7 +67,7 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
             # nodes and the pulled image stay warm between jobs.
             "clusterSelector": {"ray.io/cluster": cfg.name},
             "runtimeEnvYAML": yaml.safe_dump(runtime_env, sort_keys=True),
-            "activeDeadlineSeconds": cfg.training.deadline_seconds,
+            "activeDeadlineSeconds": cfg.job_deadline_seconds,
             "preRunningDeadlineSeconds": 1800,
             "submitterConfig": {"backoffLimit": 0},
             "submitterPodTemplate": {"spec": {

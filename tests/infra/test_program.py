@@ -224,3 +224,19 @@ def test_bad_config_stops_the_program_before_any_resource():
     with pytest.raises(ConfigError, match="gpuNodeCount"):
         run_program(DEV, {"gpuNodeCount": "-3"}, mocks=mocks)
     assert mocks.resources == []
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"gpuNodes": "3"}, "gpuNodes: unknown key; did you mean gpuNodeCount?"),
+    ({"training": '{"maxFailure": 1}'}, "training.maxFailure: unknown key; did you mean "
+                                        "training.maxFailures?"),
+])
+def test_a_typo_in_a_stack_key_fails_under_pulumi_up_before_any_resource(overrides, key):
+    """`pulumi up` hands the program every key of the stack (stack.pulumi_config), so a typo
+    is an error naming the key and its closest known key, not a silently ignored value."""
+    from stack.config import ConfigError
+
+    mocks = RecordingMocks("us-west-2")
+    with pytest.raises(ConfigError, match=key.replace("?", r"\?")):
+        run_program(DEV, overrides, mocks=mocks)
+    assert mocks.resources == []

@@ -92,3 +92,39 @@ def test_paused_stack_is_valid_and_costs_no_gpu():
 def test_gpu_family_is_a_config_change():
     cfg = parse({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": "2"}, "us-east-1")
     assert cfg.gpu.gpus == 8 and cfg.gpu.efa_interfaces == 32 and cfg.num_workers == 16
+
+
+def test_declared_keys_are_exactly_the_keys_the_program_reads():
+    import yaml
+
+    from stack.config import FIELDS, PULUMI_YAML, SECRET_KEYS
+
+    declared = set(yaml.safe_load(PULUMI_YAML.read_text())["config"])
+    assert declared == set(FIELDS) | set(SECRET_KEYS)
+
+
+def test_every_declared_key_has_a_default_so_a_new_stack_needs_no_config():
+    """Pulumi requires a value for a declared key without a default (pkg/workspace/config.go)."""
+    import yaml
+
+    from stack.config import PULUMI_YAML
+
+    config = yaml.safe_load(PULUMI_YAML.read_text())["config"]
+    assert all("default" in spec for spec in config.values())
+    cfg = parse({}, "us-west-2", default_name="eks-ray-train-new")
+    assert cfg.name == "eks-ray-train-new" and cfg.training.max_failures == 2
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"gpuNodes": "3"}, "gpuNodes: unknown key; did you mean gpuNodeCount?"),
+    ({"training": json.dumps({"stpes": 10})}, "training.stpes: unknown key; did you mean training.steps?"),
+    ({"training": json.dumps({"maxFailure": 1})}, "did you mean training.maxFailures?"),
+    ({"training": json.dumps({"numWorkers": 4})}, "training.numWorkers: not a setting here"),
+    ({"training": json.dumps({"storagePath": "/tmp"})}, "training.storagePath: not a setting here"),
+    ({"training": json.dumps({"compile": "yes"})}, "training.compile: expected bool or null"),
+    ({"training": json.dumps({"gradAccum": 0})}, "training.gradAccum (--grad-accum) must be at least 1"),
+    ({"training": json.dumps(["steps"])}, "training: expected an object"),
+    ({"extraPip": json.dumps("datasets")}, "extraPip: expected a list of strings"),
+])
+def test_typos_and_misplaced_settings_name_the_key_and_the_fix(raw, message):
+    assert any(message in p for p in problems(raw)), problems(raw)

@@ -150,7 +150,7 @@ def test_job_targets_the_cluster_with_deadlines_and_code_as_working_dir(code):
 
 
 def test_extra_pip_packages_go_through_runtime_env(code):
-    cfg = stack(training=json.dumps({"extraPip": ["datasets==4.4.1"]}))
+    cfg = stack(extraPip=json.dumps(["datasets==4.4.1"]))
     env = yaml.safe_load(build_rayjob(cfg, code, S3)["spec"]["runtimeEnvYAML"])
     assert env["pip"] == ["datasets==4.4.1"]
 
@@ -206,3 +206,46 @@ def test_editing_the_benchmark_leaves_the_rayjob_name_unchanged(code, tmp_path):
         tmp_path / "training/loop.py").read_text())
     assert build_rayjob(cfg, bundle(tmp_path), S3)["metadata"]["name"] != \
         build_rayjob(cfg, code, S3)["metadata"]["name"]
+
+
+def _non_default(f, hint):
+    """A valid value for TrainConfig field `f` that differs from its default."""
+    import typing
+
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Literal:
+        return next(a for a in args if a != f.default)
+    kinds = set(args) or {hint}
+    if bool in kinds:
+        return not f.default
+    if int in kinds:
+        return (f.default or 0) + 3
+    if float in kinds:
+        return (f.default or 1.0) * 2 + 0.5
+    return f"custom-{f.name}"
+
+
+def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(code):
+    """The stack's `training` object is the job's flags in camelCase: set every one of them to a
+    non-default value, and the entrypoint parses back to exactly those values."""
+    import typing
+
+    from stack.config import SET_BY_THE_STACK
+    from training.cli import parse as parse_flags
+    from training.config import TrainConfig, setting_key
+
+    hints = typing.get_type_hints(TrainConfig)
+    wanted = {f.name: _non_default(f, hints[f.name]) for f in dataclasses.fields(TrainConfig)
+              if f.name not in SET_BY_THE_STACK}
+    cfg = stack(training=json.dumps({setting_key(k): v for k, v in wanted.items()}))
+    args = shlex.split(build_rayjob(cfg, code, S3)["spec"]["entrypoint"])
+    job = parse_flags(args[3:])
+    assert {k: getattr(job, k) for k in wanted} == wanted
+    assert job.num_workers == cfg.num_workers and job.storage_path == S3 and job.use_gpu
+
+
+def test_job_defaults_on_the_cluster_recover_from_a_lost_worker(code):
+    from training.cli import parse as parse_flags
+
+    job = parse_flags(shlex.split(build_rayjob(stack(), code, S3)["spec"]["entrypoint"])[3:])
+    assert job.max_failures == 2 and job.model == "Qwen/Qwen2.5-1.5B"
