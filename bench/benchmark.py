@@ -357,16 +357,22 @@ def table(result: dict) -> str:
              f"matmul {_fmt(env['matmul_tflops'], '.0f')} TFLOP/s, seq {s['seq_len']}, "
              f"micro-batch {s['micro_batch_size']} x {s.get('grad_accum', 1)} accumulated, "
              f"NCCL transport {env['nccl_transport']}",
-             f"{'variant':<20} {'tok/s/GPU':>10} {'MFU':>6} {'MFU mm':>6} {'step ms':>8} "
+             f"{'variant':<28} {'tok/s/GPU':>10} {'MFU':>6} {'MFU mm':>6} {'step ms':>8} "
              f"{'peak GiB':>9} {'vs ref':>7}   (MFU: datasheet peak; MFU mm: measured matmul)"]
     for r in result["rows"]:
         if "error" in r:
-            lines.append(f"{r['variant']:<20} {r['error']}")
+            lines.append(f"{r['variant']:<28} {r['error']}")
             continue
-        lines.append(f"{r['variant']:<20} {r['tokens_per_s_per_gpu']:>10,.0f} "
+        lines.append(f"{r['variant']:<28} {r['tokens_per_s_per_gpu']:>10,.0f} "
                      f"{_fmt(r.get('mfu'), '.3f'):>6} {_fmt(r.get('mfu_measured_matmul'), '.3f'):>6} "
                      f"{r['step_time_ms']:>8.1f} "
                      f"{_fmt(r['peak_mem_gib'], '.1f'):>9} {_fmt(r.get('vs_reference'), '.2f'):>7}")
+        bw = r.get("bandwidth") or {}
+        if bw or "compute_ms_per_micro_batch" in r:
+            lines.append(f"    compute {_fmt(r.get('compute_ms_per_micro_batch'), '.1f')} ms per "
+                         f"micro-batch without communication; bus GB/s: all-gather "
+                         f"{_fmt(bw.get('allgather_busbw_gbps'), '.2f')}, all-reduce "
+                         f"{_fmt(bw.get('allreduce_busbw_gbps'), '.2f')}")
         if r.get("profile") and r["profile"]["ms_per_step"]:
             lines.append("    device ms/step: " + ", ".join(
                 f"{k} {v:g}" for k, v in r["profile"]["ms_per_step"].items()))

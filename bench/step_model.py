@@ -23,7 +23,11 @@ step, kernel launch gaps, NCCL latency.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
+import io
 import json
+import shlex
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -255,21 +259,31 @@ def main(argv: list[str] | None = None) -> int:
                     "40 Gbps EFA interface)")
     ap.add_argument("--tokens-per-step", type=int, default=8 * 16 * 2048)
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--md-out", type=Path, default=None, help="append the printed tables, with "
+                    "the command and date, to this markdown file (bench/MODEL.md)")
     args = ap.parse_args(argv)
     if not args.check and not args.preset:
         ap.error("give --check RESULT.json ... and/or --preset g6.12xlarge-x2")
     out: dict = {}
-    if args.check:
-        out["check"] = check(args.check)
-        _print_check(out["check"])
-    if args.preset:
-        out["g6.12xlarge-x2"] = {"inputs": {k: getattr(args, k) for k in (
-            "compute_mfu", "intra_gbps", "inter_gbps", "tokens_per_step")},
-            "rows": g6_predictions(args.compute_mfu, args.intra_gbps, args.inter_gbps,
-                                   args.tokens_per_step)}
-        _print_g6(out["g6.12xlarge-x2"]["rows"], args)
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        if args.check:
+            out["check"] = check(args.check)
+            _print_check(out["check"])
+        if args.preset:
+            out["g6.12xlarge-x2"] = {"inputs": {k: getattr(args, k) for k in (
+                "compute_mfu", "intra_gbps", "inter_gbps", "tokens_per_step")},
+                "rows": g6_predictions(args.compute_mfu, args.intra_gbps, args.inter_gbps,
+                                       args.tokens_per_step)}
+            _print_g6(out["g6.12xlarge-x2"]["rows"], args)
+    print(text.getvalue(), end="")
     if args.json_out:
         args.json_out.write_text(json.dumps(out, indent=2))
+    if args.md_out:
+        command = "python -m bench.step_model " + shlex.join(sys.argv[1:] if argv is None else argv)
+        date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        with args.md_out.open("a") as f:
+            f.write(f"\n## {date}\n`{command}`\n\n```\n{text.getvalue()}```\n")
     return 0
 
 

@@ -13,6 +13,9 @@ import re
 import tempfile
 from pathlib import Path
 
+# What the job reports about its links (warm-up probe, one profiled step), in metrics and summary.
+LINK_FIELDS = ("allgather_busbw_gbps", "allreduce_busbw_gbps", "comm_share", "exposed_comm_share")
+
 # Kernel name patterns (CUDA kernel names, as the profiler reports them), first match wins.
 CATEGORIES: list[tuple[str, re.Pattern]] = [
     ("communication", re.compile(r"nccl", re.I)),

@@ -66,10 +66,11 @@ def test_check_compares_each_benchmark_row_with_its_own_inputs(tmp_path):
     assert len(checked["rows"]) == 1  # the reference carries no compute measurement
     assert checked["rows"][0]["error"] == pytest.approx(0.25)
     assert checked["max_abs_error"] == pytest.approx(0.25)
-    out = tmp_path / "model.json"
+    out, md = tmp_path / "model.json", tmp_path / "MODEL.md"
     assert sm.main(["--check", str(path), "--preset", "g6.12xlarge-x2",
-                    "--json-out", str(out)]) == 0
+                    "--json-out", str(out), "--md-out", str(md)]) == 0
     assert set(json.loads(out.read_text())) == {"check", "g6.12xlarge-x2"}
+    assert "max |error| 25.0%" in md.read_text() and "--preset g6.12xlarge-x2" in md.read_text()
 
 
 def test_g6_preset_uses_the_planner_and_predicts_the_published_sample_and_our_gain():
