@@ -258,6 +258,8 @@ def bench_func(opts: dict) -> None:
             tps = cfg.tokens_per_step_per_worker / step_s
             row.update(step_time_ms=step_s * 1000, tokens_per_s_per_gpu=tps,
                        tokens_per_step=cfg.tokens_per_step_per_worker * world)
+            row["peak_mem_gib"] = (torch.cuda.max_memory_allocated(device) / 2**30
+                                   if device.type == "cuda" else None)  # before the probe below
             if name != REFERENCE:
                 try:
                     row["compute_ms_per_micro_batch"] = 1000 * _compute_only_seconds(
@@ -268,8 +270,8 @@ def bench_func(opts: dict) -> None:
         except Exception as e:  # an OOM or a broken lever is a result row, not a lost run
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else \
                 type(e).__name__
-        row["peak_mem_gib"] = (torch.cuda.max_memory_allocated(device) / 2**30
-                               if device.type == "cuda" else None)
+        row.setdefault("peak_mem_gib", torch.cuda.max_memory_allocated(device) / 2**30
+                       if device.type == "cuda" else None)
         rows.append(row)
         gc.collect()
         dist.barrier()

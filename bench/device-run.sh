@@ -48,7 +48,7 @@ jobs)
   done
   ;;
 nvlink)
-  timeout 200 "${BENCH[@]}" --micro-batch-size 8 --variants reference,ours \
+  timeout 220 "${BENCH[@]}" --micro-batch-size 8 --variants reference,ours,ours-bf16-reduce \
     --label "NVLink no-regression, micro-batch 8" --json-out "$OUT/nvlink-mb8.json" \
     2>&1 | tee "$OUT/nvlink.log"
   timeout 150 "${JOB[@]}" --tokens-per-step "$TOKENS" --steps 4 --memory-budget-gib 22 \

@@ -282,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.md_out:
         command = "python -m bench.step_model " + shlex.join(sys.argv[1:] if argv is None else argv)
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        if not args.md_out.exists():
+            args.md_out.write_text("# Step-time model: checks against measured runs, predictions\n\n"
+                                   "Sections are appended by `python -m bench.step_model --md-out`; "
+                                   "never edited by hand. The model and its inputs: step_model.py's "
+                                   "docstring; what the numbers mean: NOTES.md.\n")
         with args.md_out.open("a") as f:
             f.write(f"\n## {date}\n`{command}`\n\n```\n{text.getvalue()}```\n")
     return 0
