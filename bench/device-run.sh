@@ -7,11 +7,12 @@
 #   jobs     the real job: accumulation vs none at the same tokens under sockets (tokens/s, loss on
 #            `repeat` data); on NVLink, HSDP (2 replicas of 1 GPU) vs FSDP and bf16 vs fp32 reduce
 #   nvlink   no regression on NVLink against RESULTS.md; the batch planner under a 22 GiB budget
+#   recheck  NVLink again with peak memory read before the compute probe; sockets at mb 8 x 2
 # MODEL/SEQ/WORKERS override the shape for a CPU rehearsal of the flags (tests/bench/test_runbook.py
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -53,6 +54,15 @@ nvlink)
     2>&1 | tee "$OUT/nvlink.log"
   timeout 150 "${JOB[@]}" --tokens-per-step "$TOKENS" --steps 4 --memory-budget-gib 22 \
     --name l4-budget 2>&1 | tee -a "$OUT/nvlink.log"
+  ;;
+recheck)  # after the peak-memory fix: clean NVLink peaks; the planner's micro-batch under sockets
+  timeout 200 "${BENCH[@]}" --micro-batch-size 8 --variants reference,ours \
+    --label "NVLink, micro-batch 8, peak before the compute probe" \
+    --json-out "$OUT/nvlink-mb8-recheck.json" 2>&1 | tee "$OUT/recheck.log"
+  timeout 240 "${SOCKETS[@]}" "${BENCH[@]}" --micro-batch-size 8 --grad-accum 2 \
+    --variants reference,ours-bf16-reduce \
+    --label "sockets proxy, mb 8 x 2 accumulated (the planner's choice for 65,536 tokens/step)" \
+    --json-out "$OUT/sockets-mb8x2.json" 2>&1 | tee -a "$OUT/recheck.log"
   ;;
 *) echo "unknown part $PART" >&2; exit 2 ;;
 esac
