@@ -4,8 +4,8 @@ HSDP (a 2-D mesh, replicate x shard) shards the model within each group of worke
 it across groups: all-gathers and reduce-scatters stay inside a group, and only one gradient
 all-reduce per optimizer step crosses groups. With one group per node that keeps the slow
 inter-node link (one 40 Gbps EFA interface on g6.12xlarge) out of every collective but the
-all-reduce. `fully_shard(mesh=2-D mesh)` is HSDP: "replicate across the 0th dim, shard across the
-1st" (torch/distributed/fsdp/_fully_shard/_fully_shard.py, `mesh` argument).
+all-reduce. `fully_shard(mesh=2-D mesh)` is HSDP: "parameters are sharded across the 1st dim and
+replicated across the 0th dim" (torch/distributed/fsdp/_fully_shard/_fully_shard.py, `mesh`).
 """
 
 from __future__ import annotations
