@@ -122,7 +122,10 @@ def check_row(row: dict, env: dict, settings: dict) -> dict | None:
         return None
     replicas, shard = _mesh(row["mesh"])
     bw = row["bandwidth"]
-    plan = StepPlan(env["num_params"], settings.get("num_layers", 28), replicas, shard,
+    from training.model import model_config
+
+    layers = model_config(settings["model"]).num_hidden_layers
+    plan = StepPlan(env["num_params"], layers, replicas, shard,
                     row["reduce_dtype"], not row["reshard_after_forward"], row["micro_batch_size"],
                     row["grad_accum"], settings["seq_len"], row["activation_checkpointing"])
     links = Links(bw["allgather_busbw_gbps"], bw["allreduce_busbw_gbps"], separate=False)

@@ -54,10 +54,10 @@ def test_check_compares_each_benchmark_row_with_its_own_inputs(tmp_path):
            "reshard_after_forward": False, "activation_checkpointing": False,
            "micro_batch_size": 4, "grad_accum": 2, "compute_ms_per_micro_batch": 200.0,
            "bandwidth": {"allgather_busbw_gbps": None, "allreduce_busbw_gbps": 3.0}}
-    expected = sm.predict(plan(replicas=2, shard=1, reduce_dtype="bf16", grad_accum=2), 0.2,
-                          sm.Links(None, 3.0, separate=False)).step_s
+    expected = sm.predict(plan(replicas=2, shard=1, reduce_dtype="bf16", grad_accum=2, layers=28),
+                          0.2, sm.Links(None, 3.0, separate=False)).step_s
     result = {"env": {"num_params": P, "nccl_transport": "socket-fallback"},
-              "settings": {"seq_len": 2048, "num_layers": L},
+              "settings": {"seq_len": 2048, "model": "qwen2.5-1.5b"},
               "rows": [{**row, "step_time_ms": 1000 * expected / 1.25},
                        {"variant": "reference", "step_time_ms": 900.0}]}
     path = tmp_path / "bench.json"
