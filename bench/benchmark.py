@@ -4,11 +4,14 @@ One invocation, through Ray Train with one worker per visible GPU, measures
   - the GPU's bf16 matmul rate (`mfu_measured_matmul` is against it; `mfu`, as in the job,
     against the datasheet peak),
   - `reference`: what the AWS sample does (FSDP1 via `prepare_model` with a size-based wrap policy
-    at 1e7 parameters, model in bf16, plain AdamW, Hugging Face's loss),
+    at 1e7 parameters, model in bf16, plain AdamW, Hugging Face's loss; with --grad-accum it
+    accumulates as plain PyTorch does, reducing gradients on every micro-batch),
   - `ours`: the real step of `training/` (`engine.build_engine` + `engine.train_step`), and any
     lever variants named with --variants,
-on the same micro-batches, warm-up excluded, timed with CUDA events. It prints a table, writes a
-JSON result, and appends rows to bench/RESULTS.md.
+on the same micro-batches and tokens per optimizer step, warm-up excluded, timed with CUDA events.
+For the step-time model (`python -m bench.step_model --check`) each row also records the warm-up
+bandwidth probe of the variant's groups and, for ours, the compute time of one micro-batch with no
+communication at all. It prints a table, writes a JSON result, and appends rows to bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from training.flags import add_config_flags
 from training.config import TrainConfig
 
 # The job settings the benchmark takes as flags; every variant starts from them.
-BENCH_SETTINGS = ("model", "seq_len", "micro_batch_size", "memory_budget_gib")
+BENCH_SETTINGS = ("model", "seq_len", "micro_batch_size", "grad_accum", "memory_budget_gib")
 
 # `ours` is the job's defaults (on a GPU with room to spare: compiled layers and loss, ZeRO-2); each
 # variant takes levers out of them through TrainConfig overrides, so a row isolates that change.
@@ -42,6 +45,11 @@ VARIANTS: dict[str, dict] = {
     "ours-eager-zero3": {"compile": False, "reshard_after_forward": True},
     "ours-unfused-loss": {"loss_chunk_tokens": 0},
     "ours-ac": {"activation_checkpointing": True},
+    # Issue 14's levers for a network-bound step, added to the defaults one at a time.
+    "ours-bf16-reduce": {"reduce_dtype": "bf16"},
+    "ours-hsdp": {"hsdp_replicas": 2},
+    "ours-hsdp-bf16-reduce": {"hsdp_replicas": 2, "reduce_dtype": "bf16"},
+    "ours-bf16-reduce-prefetch2": {"reduce_dtype": "bf16", "prefetch_layers": 2},
 }
 REFERENCE = "reference"
 
@@ -50,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     # Model, shape and memory flags are the job's own (training/config.py), with bench defaults.
     add_config_flags(ap, BENCH_SETTINGS)
-    ap.set_defaults(model="qwen2.5-1.5b", seq_len=2048, micro_batch_size=4)
+    ap.set_defaults(model="qwen2.5-1.5b", seq_len=2048, micro_batch_size=4, grad_accum=1)
     ap.add_argument("--steps", type=int, default=8, help="timed steps per variant")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per variant")
     ap.add_argument("--variants", default="reference,ours",
@@ -101,11 +109,12 @@ def _back_to_back_seconds(calls, device) -> list[float]:
 
 
 def _time_steps(step, batches, warmup: int, steps: int, device) -> list[float]:
-    """Seconds per step for `steps` timed steps after `warmup` untimed ones."""
-    for inputs, labels in batches[:warmup]:
-        step(inputs, labels)
-    return _back_to_back_seconds([lambda x=inputs, y=labels: step(x, y)
-                                  for inputs, labels in batches[warmup:warmup + steps]], device)
+    """Seconds per step for `steps` timed steps after `warmup` untimed ones; a batch is one
+    optimizer step's list of micro-batches."""
+    for micro in batches[:warmup]:
+        step(micro)
+    timed = batches[warmup:warmup + steps]
+    return _back_to_back_seconds([lambda m=micro: step(m) for micro in timed], device)
 
 
 def _matmul_tflops(device) -> float | None:
@@ -138,8 +147,9 @@ def _reference_step(model_cfg, device):
         "auto_wrap_policy": functools.partial(size_based_auto_wrap_policy, min_num_params=int(1e7))})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
-    def step(inputs, labels):
-        model(input_ids=inputs, labels=inputs).loss.backward()
+    def step(micro):
+        for inputs, labels in micro:  # FSDP1 without no_sync: reduce-scatter every micro-batch
+            (model(input_ids=inputs, labels=inputs).loss / len(micro)).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step, (model, opt)
@@ -151,8 +161,8 @@ def _profile(step, batches, device, rank: int, trace_path: Path) -> dict | None:
 
     if rank == 0:
         return profile_steps(step, batches, device, trace_path)
-    for inputs, labels in batches:
-        step(inputs, labels)
+    for micro in batches:
+        step(micro)
     return None
 
 
@@ -161,9 +171,37 @@ def _ours_step(cfg: TrainConfig, model_cfg, device):
 
     engine = build_engine(cfg, model_cfg, device)
 
-    def step(inputs, labels):
-        train_step(engine, [(inputs, labels)], lr_at(10, cfg), cfg.grad_clip)
+    def step(micro):
+        train_step(engine, micro, lr_at(10, cfg), cfg.grad_clip)
     return step, engine
+
+
+def _compute_only_seconds(engine, micro, device) -> float:
+    """Seconds per micro-batch of forward + backward with no communication: gradients stay
+    unsharded and unreduced (no sync), and the weights, gathered once, stay gathered. The
+    step-time model's compute input. Leaves the engine unusable for training (call it last)."""
+    model = engine.model
+    model.set_requires_gradient_sync(False)
+    model.set_reshard_after_forward(False)
+    model.set_reshard_after_backward(False)
+
+    def fwd_bwd(inputs, labels):
+        model(inputs, labels).backward()
+
+    fwd_bwd(*micro[0])  # gathers every group once
+    times = _back_to_back_seconds([lambda x=x, y=y: fwd_bwd(x, y) for x, y in micro * 2], device)
+    return statistics.median(times)
+
+
+def _probe_reference(device) -> dict:
+    """The reference shards over all workers: probe the world group as one shard group."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from training.bandwidth import probe
+
+    return probe(init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("shard",)),
+                 device)
 
 
 def bench_func(opts: dict) -> None:
@@ -183,15 +221,16 @@ def bench_func(opts: dict) -> None:
     log_path = transport.capture_nccl_log(rank)
     link = transport.check_transport(log_path, device, "any", "warn")
     base = TrainConfig(model=opts["model"], seq_len=opts["seq_len"],
-                       micro_batch_size=opts["micro_batch_size"],
-                       memory_budget_gib=opts["memory_budget_gib"])
+                       micro_batch_size=opts["micro_batch_size"], grad_accum=opts["grad_accum"],
+                       num_workers=world, memory_budget_gib=opts["memory_budget_gib"])
     memory_limit_bytes(base, device)  # applies the budget to every variant, the reference too
     model_cfg = model_config(base.model)
     matmul = _matmul_tflops(device)
     n_steps = opts["warmup"] + opts["steps"]
-    batches = [tuple(t.to(device) for t in random_batch(
-        seed=0, rank=rank, step=s, micro=0, batch=base.micro_batch_size, seq_len=base.seq_len,
-        vocab=model_cfg.vocab_size, repeat=False)) for s in range(n_steps)]
+    batches = [[tuple(t.to(device) for t in random_batch(
+        seed=0, rank=rank, step=s, micro=m, batch=base.micro_batch_size, seq_len=base.seq_len,
+        vocab=model_cfg.vocab_size, repeat=False)) for m in range(base.grad_accum)]
+        for s in range(n_steps)]
     rows = []
     for name in opts["variants"]:
         cfg = dataclasses.replace(base, **VARIANTS.get(name, {}))
@@ -204,22 +243,35 @@ def bench_func(opts: dict) -> None:
                 if device.type != "cuda":
                     raise RuntimeError("skipped: FSDP1 prepare_model needs a GPU")
                 step, keep = _reference_step(model_cfg, device)
+                row["bandwidth"] = _probe_reference(device)
             else:
+                from training.bandwidth import probe
+
                 step, keep = _ours_step(cfg, model_cfg, device)
                 row.update(dataclasses.asdict(keep.plan))
+                row["bandwidth"] = probe(keep.mesh, device)
             times = _time_steps(step, batches, opts["warmup"], opts["steps"], device)
             if opts["profile_dir"]:
                 row["profile"] = _profile(step, batches[:2], device, rank,
                                           Path(opts["profile_dir"]) / f"{name}.trace.json.gz")
-            del step, keep
             step_s = statistics.median(times)
-            tps = cfg.micro_batch_size * cfg.seq_len / step_s
-            row.update(step_time_ms=step_s * 1000, tokens_per_s_per_gpu=tps)
+            tps = cfg.tokens_per_step_per_worker / step_s
+            row.update(step_time_ms=step_s * 1000, tokens_per_s_per_gpu=tps,
+                       tokens_per_step=cfg.tokens_per_step_per_worker * world)
+            row["peak_mem_gib"] = (torch.cuda.max_memory_allocated(device) / 2**30
+                                   if device.type == "cuda" else None)  # before the probe below
+            if name != REFERENCE:
+                try:
+                    row["compute_ms_per_micro_batch"] = 1000 * _compute_only_seconds(
+                        keep, batches[0], device)
+                except Exception as e:  # e.g. the unsharded gradients exceed a memory budget
+                    row["compute_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            del step, keep
         except Exception as e:  # an OOM or a broken lever is a result row, not a lost run
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else \
                 type(e).__name__
-        row["peak_mem_gib"] = (torch.cuda.max_memory_allocated(device) / 2**30
-                               if device.type == "cuda" else None)
+        row.setdefault("peak_mem_gib", torch.cuda.max_memory_allocated(device) / 2**30
+                       if device.type == "cuda" else None)
         rows.append(row)
         gc.collect()
         dist.barrier()
@@ -270,7 +322,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         gpus = int(ray.cluster_resources().get("GPU", 0))
         workers = args.num_workers or gpus or 2
         opts = {"model": args.model, "seq_len": args.seq_len,
-                "micro_batch_size": args.micro_batch_size, "steps": args.steps,
+                "micro_batch_size": args.micro_batch_size, "grad_accum": args.grad_accum,
+                "steps": args.steps,
                 "warmup": args.warmup, "variants": args.variants.split(","),
                 "memory_budget_gib": args.memory_budget_gib,
                 "profile_dir": str(args.profile_dir.resolve()) if args.profile_dir else None}
@@ -304,17 +357,24 @@ def table(result: dict) -> str:
     env, s = result["env"], result["settings"]
     lines = [f"{env['gpu']} x{env['world_size']}, torch {env['torch']}, NCCL {env['nccl']}, "
              f"matmul {_fmt(env['matmul_tflops'], '.0f')} TFLOP/s, seq {s['seq_len']}, "
-             f"micro-batch {s['micro_batch_size']}, NCCL transport {env['nccl_transport']}",
-             f"{'variant':<20} {'tok/s/GPU':>10} {'MFU':>6} {'MFU mm':>6} {'step ms':>8} "
+             f"micro-batch {s['micro_batch_size']} x {s.get('grad_accum', 1)} accumulated, "
+             f"NCCL transport {env['nccl_transport']}",
+             f"{'variant':<28} {'tok/s/GPU':>10} {'MFU':>6} {'MFU mm':>6} {'step ms':>8} "
              f"{'peak GiB':>9} {'vs ref':>7}   (MFU: datasheet peak; MFU mm: measured matmul)"]
     for r in result["rows"]:
         if "error" in r:
-            lines.append(f"{r['variant']:<20} {r['error']}")
+            lines.append(f"{r['variant']:<28} {r['error']}")
             continue
-        lines.append(f"{r['variant']:<20} {r['tokens_per_s_per_gpu']:>10,.0f} "
+        lines.append(f"{r['variant']:<28} {r['tokens_per_s_per_gpu']:>10,.0f} "
                      f"{_fmt(r.get('mfu'), '.3f'):>6} {_fmt(r.get('mfu_measured_matmul'), '.3f'):>6} "
                      f"{r['step_time_ms']:>8.1f} "
                      f"{_fmt(r['peak_mem_gib'], '.1f'):>9} {_fmt(r.get('vs_reference'), '.2f'):>7}")
+        bw = r.get("bandwidth") or {}
+        if bw or "compute_ms_per_micro_batch" in r:
+            lines.append(f"    compute {_fmt(r.get('compute_ms_per_micro_batch'), '.1f')} ms per "
+                         f"micro-batch without communication; bus GB/s: all-gather "
+                         f"{_fmt(bw.get('allgather_busbw_gbps'), '.2f')}, all-reduce "
+                         f"{_fmt(bw.get('allreduce_busbw_gbps'), '.2f')}")
         if r.get("profile") and r["profile"]["ms_per_step"]:
             lines.append("    device ms/step: " + ", ".join(
                 f"{k} {v:g}" for k, v in r["profile"]["ms_per_step"].items()))
@@ -329,13 +389,18 @@ RESULTS_HEADER = ("| date (UTC) | GPU x world | torch / NCCL | variant | seq | m
 
 def _variant_cell(row: dict) -> str:
     """The variant with what its settings resolved to, e.g. `ours (compiled, ZeRO-2)`: `ours` means
-    the job's defaults, which change over time (rows before 2026-11-30 carry no plan)."""
+    the job's defaults, which change over time (rows before 2026-11-30 carry no plan; rows before
+    issue 14 carry no mesh, reduce dtype or accumulation)."""
     if "compile" not in row:
         return row["variant"]
     plan = ["compiled" if row["compile"] else "eager",
             "ZeRO-3" if row["reshard_after_forward"] else "ZeRO-2"]
     if row["activation_checkpointing"]:
         plan.append("AC")
+    if "mesh" in row:
+        plan += [f"mesh {row['mesh']}", f"{row['reduce_dtype']} reduce"]
+    if row.get("grad_accum", 1) > 1:
+        plan.append(f"x{row['grad_accum']} accumulation")
     return f"{row['variant']} ({', '.join(plan)})"
 
 

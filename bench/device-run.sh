@@ -1,31 +1,68 @@
 #!/usr/bin/env bash
-# The GPU-machine runbook (nvidia-h200-x2) behind bench/RESULTS.md and the NCCL-guard evidence, in
-# one device call. There, after installing the carried Ray wheels: bash bench/device-run.sh
-#   1. benchmark at micro-batch 4 and 8: reference vs ours, and ours with one lever taken out
-#   2. the real job twice (healthy; NCCL forced onto sockets) for the guard, + the fail-fast path
-#   3. the defaults under --memory-budget-gib 22 (L4 proxy), and the fallback cost
-# tests/bench/test_runbook.py checks that every variant named here exists in bench/benchmark.py.
+# The GPU-machine runbook (nvidia-h200-x2) behind bench/RESULTS.md, in three device calls of under
+# 10 minutes each. There, after installing the carried Ray wheels: bash bench/device-run.sh PART
+#   sockets  NCCL forced onto TCP sockets (a proxy for one 40 Gbps EFA link): the reference vs ours
+#            at the same tokens per optimizer step, each network lever added in turn; with and
+#            without accumulation
+#   jobs     the real job: accumulation vs none at the same tokens under sockets (tokens/s, loss on
+#            `repeat` data); on NVLink, HSDP (2 replicas of 1 GPU) vs FSDP and bf16 vs fp32 reduce
+#   nvlink   no regression on NVLink against RESULTS.md; the batch planner under a 22 GiB budget
+#   recheck  NVLink again with peak memory read before the compute probe; sockets at mb 8 x 2
+# MODEL/SEQ/WORKERS override the shape for a CPU rehearsal of the flags (tests/bench/test_runbook.py
+# checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck}
+MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-JOB=(timeout 150 python3 -m training --model qwen2.5-1.5b --num-workers 2 --seq-len 2048
-     --micro-batch-size 4 --log-every 5 --checkpoint-every 0 --storage-path /tmp/runs)
-BENCH=(timeout 150 python3 -m bench)
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
+BENCH=(python3 -m bench --model "$MODEL" --seq-len "$SEQ" --warmup 2 --steps 3)
+JOB=(python3 -m training --model "$MODEL" --seq-len "$SEQ" --num-workers "$WORKERS" --data repeat
+     --warmup-steps 0 --lr 3e-4 --log-every 1 --checkpoint-every 0 --storage-path /tmp/runs
+     --on-fallback warn)
+TOKENS=$((WORKERS * 16 * SEQ))  # 16 sequences per GPU per optimizer step
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
-} 2>&1 | tee "$OUT/gpu.txt"
-"${BENCH[@]}" --variants reference,ours,ours-eager,ours-zero3,ours-unfused-loss \
-  --label "levers, one taken out at a time" --json-out "$OUT/bench-mb4.json" 2>&1 | tee -a "$OUT/bench.log"
-"${BENCH[@]}" --micro-batch-size 8 --variants reference,ours --label "micro-batch 8" \
-  --json-out "$OUT/bench-mb8.json" 2>&1 | tee -a "$OUT/bench.log"
-rm -rf /tmp/nccl-logs
-"${JOB[@]}" --steps 15 --name guard-healthy 2>&1 | tee "$OUT/job.log"
-"${SOCKETS[@]}" "${JOB[@]}" --steps 15 --on-fallback warn --name guard-sockets 2>&1 | tee -a "$OUT/job.log"
-"${SOCKETS[@]}" "${JOB[@]}" --steps 2 --name guard-sockets-fail 2>&1 | tee -a "$OUT/job.log"
-echo "exit status of the fail-fast run: ${PIPESTATUS[0]}" | tee -a "$OUT/job.log"
-tar -czf "$OUT/nccl-logs.tar.gz" -C /tmp nccl-logs
-"${BENCH[@]}" --memory-budget-gib 22 --variants ours --label "L4 proxy: defaults under 22 GiB" \
-  --json-out "$OUT/bench-budget.json" 2>&1 | tee -a "$OUT/bench.log"
-"${SOCKETS[@]}" "${BENCH[@]}" --variants ours --label "fallback cost: NCCL forced onto sockets" \
-  --json-out "$OUT/bench-sockets.json" 2>&1 | tee -a "$OUT/bench.log"
+  python3 -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)"
+  date -u
+} 2>&1 | tee "$OUT/$PART-gpu.txt"
+case "$PART" in
+sockets)
+  timeout 330 "${SOCKETS[@]}" "${BENCH[@]}" --micro-batch-size 4 --grad-accum 4 \
+    --variants reference,ours,ours-bf16-reduce,ours-hsdp-bf16-reduce,ours-bf16-reduce-prefetch2 \
+    --label "sockets proxy, mb 4 x 4 accumulated, levers added in turn" \
+    --json-out "$OUT/sockets-accum.json" 2>&1 | tee "$OUT/sockets.log"
+  timeout 200 "${SOCKETS[@]}" "${BENCH[@]}" --micro-batch-size 4 \
+    --variants reference,ours,ours-bf16-reduce \
+    --label "sockets proxy, mb 4, no accumulation" \
+    --json-out "$OUT/sockets-noaccum.json" 2>&1 | tee -a "$OUT/sockets.log"
+  ;;
+jobs)
+  # The same 16 x TOKENS tokens: 16 steps of one micro-batch vs 4 steps accumulated.
+  timeout 130 "${SOCKETS[@]}" "${JOB[@]}" --tokens-per-step $((TOKENS / 4)) --steps 16 \
+    --name sockets-noaccum 2>&1 | tee "$OUT/jobs.log"
+  timeout 130 "${SOCKETS[@]}" "${JOB[@]}" --tokens-per-step "$TOKENS" --steps 4 \
+    --name sockets-accum 2>&1 | tee -a "$OUT/jobs.log"
+  for run in "fsdp-fp32" "hsdp-fp32 --hsdp-replicas 2" "fsdp-bf16 --reduce-dtype bf16"; do
+    set -- $run
+    timeout 110 "${JOB[@]}" --tokens-per-step "$TOKENS" --steps 6 --no-compile --name "$@" \
+      2>&1 | tee -a "$OUT/jobs.log"
+  done
+  ;;
+nvlink)
+  timeout 220 "${BENCH[@]}" --micro-batch-size 8 --variants reference,ours,ours-bf16-reduce \
+    --label "NVLink no-regression, micro-batch 8" --json-out "$OUT/nvlink-mb8.json" \
+    2>&1 | tee "$OUT/nvlink.log"
+  timeout 150 "${JOB[@]}" --tokens-per-step "$TOKENS" --steps 4 --memory-budget-gib 22 \
+    --name l4-budget 2>&1 | tee -a "$OUT/nvlink.log"
+  ;;
+recheck)  # after the peak-memory fix: clean NVLink peaks; the planner's micro-batch under sockets
+  timeout 200 "${BENCH[@]}" --micro-batch-size 8 --variants reference,ours \
+    --label "NVLink, micro-batch 8, peak before the compute probe" \
+    --json-out "$OUT/nvlink-mb8-recheck.json" 2>&1 | tee "$OUT/recheck.log"
+  timeout 240 "${SOCKETS[@]}" "${BENCH[@]}" --micro-batch-size 8 --grad-accum 2 \
+    --variants reference,ours-bf16-reduce \
+    --label "sockets proxy, mb 8 x 2 accumulated (the planner's choice for 65,536 tokens/step)" \
+    --json-out "$OUT/sockets-mb8x2.json" 2>&1 | tee -a "$OUT/recheck.log"
+  ;;
+*) echo "unknown part $PART" >&2; exit 2 ;;
+esac

@@ -212,6 +212,7 @@ def _root_cause(e: BaseException) -> str:
 def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
     """The run's last metrics, which rank 0 writes to the run directory (Ray's Result keeps only
     checkpointed reports), plus where the latest checkpoint is."""
+    from training.device_time import LINK_FIELDS
     from training.engine import Plan
     from training.run_files import RunFiles
 
@@ -233,6 +234,7 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
         "nccl_transport": m.get("nccl_transport"),
         "efa_preflight": m.get("efa_preflight"),
         **{f.name: m.get(f.name) for f in dataclasses.fields(Plan)},  # what the defaults chose
+        **{k: m.get(k) for k in LINK_FIELDS},  # is the link the bottleneck?
     }
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 TRANSPORT_EXPECTATIONS = ("any", "efa")
+REDUCE_DTYPES = ("fp32", "bf16")
 FALLBACK_ACTIONS = ("fail", "warn")
 
 
@@ -80,6 +81,25 @@ class TrainConfig:
     compile: bool | None = field(default=None, metadata={"help": "torch.compile each decoder "
                                  "layer and the fused loss's chunk step; default: on with GPUs, "
                                  "off on CPU"})
+    tokens_per_step: int | None = field(default=None, metadata={"help": "tokens per optimizer "
+                                        "step across all workers (the global batch); the job then "
+                                        "picks --micro-batch-size and --grad-accum to fit GPU memory "
+                                        "and reports both; must be a multiple of --seq-len x "
+                                        "--num-workers"})
+    hsdp_replicas: int | None = field(default=None, metadata={"help": "HSDP: replicate the model "
+                                      "across this many groups of workers and shard it within each "
+                                      "group, so only the gradient all-reduce crosses groups; 1 is "
+                                      "plain FSDP over all workers; default: one group per node "
+                                      "when the run spans nodes, 1 on one node"})
+    reduce_dtype: Literal["fp32", "bf16"] = field(default="fp32", metadata={"help": "dtype of "
+                                                  "the gradient reduce-scatter/all-reduce on GPU "
+                                                  "(master weights and optimizer stay fp32); bf16 "
+                                                  "halves the gradient traffic"})
+    prefetch_layers: int = field(default=0, metadata={"help": "decoder layers whose all-gathers "
+                                 "FSDP2 issues explicitly ahead, in forward and backward; 0 leaves "
+                                 "FSDP2's implicit one-layer prefetch; 1 overlaps the same but is "
+                                 "issued earlier from the CPU; more keeps a slow link busier at one "
+                                 "gathered layer of memory each"})
     expect_transport: Literal["any", "efa"] = field(default="any", metadata={"help": "`efa`: "
                                                     "fail unless NCCL uses EFA between nodes"})
     on_fallback: Literal["fail", "warn"] = field(default="fail", metadata={"help": "when NCCL "
@@ -101,7 +121,8 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 out.append(f"--{_flag(name)} must be at least 1 (got {getattr(self, name)})")
-        for name in ("checkpoint_every", "max_failures", "warmup_steps", "loss_chunk_tokens"):
+        for name in ("checkpoint_every", "max_failures", "warmup_steps", "loss_chunk_tokens",
+                     "prefetch_layers"):
             if getattr(self, name) < 0:
                 out.append(f"--{_flag(name)} must be 0 or more (got {getattr(self, name)})")
         if not self.lr > 0:
@@ -110,12 +131,29 @@ class TrainConfig:
             out.append(f"--memory-budget-gib must be positive (got {self.memory_budget_gib})")
         if self.grad_clip < 0:
             out.append(f"--grad-clip must be 0 (off) or positive (got {self.grad_clip})")
+        out += self._batch_problems()
+        if self.reduce_dtype not in REDUCE_DTYPES:
+            out.append(f"--reduce-dtype must be one of {REDUCE_DTYPES} (got {self.reduce_dtype!r})")
         if self.expect_transport not in TRANSPORT_EXPECTATIONS:
             out.append(f"--expect-transport must be one of {TRANSPORT_EXPECTATIONS}")
         if self.on_fallback not in FALLBACK_ACTIONS:
             out.append(f"--on-fallback must be one of {FALLBACK_ACTIONS}")
         if not self.name or "/" in self.name:
             out.append(f"--name must be a non-empty name without '/' (got {self.name!r})")
+        return out
+
+    def _batch_problems(self) -> list[str]:
+        out = []
+        if self.hsdp_replicas is not None and (self.hsdp_replicas < 1 or self.num_workers >= 1
+                                               and self.num_workers % self.hsdp_replicas):
+            out.append(f"--hsdp-replicas must be at least 1 and divide --num-workers "
+                       f"{self.num_workers} (got {self.hsdp_replicas})")
+        if self.tokens_per_step is not None:
+            unit = self.seq_len * self.num_workers
+            if unit >= 1 and (self.tokens_per_step < unit or self.tokens_per_step % unit):
+                out.append(f"--tokens-per-step must be a positive multiple of --seq-len x "
+                           f"--num-workers = {unit} (got {self.tokens_per_step}; e.g. "
+                           f"{unit * max(1, round(self.tokens_per_step / unit))})")
         return out
 
     def validated(self) -> "TrainConfig":

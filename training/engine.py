@@ -7,20 +7,27 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 from transformers import PretrainedConfig
 
 from training.config import TrainConfig
 from training.metrics import flops_per_token
 from training.model import CausalLMWithLoss, build_model, count_params
+from training.memory import Footprint, fits, plan_batch
+from training.mesh import build_mesh
 from training.parallelize import shard_model
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The memory/speed choices the defaults resolved to (reported with each run)."""
+    """The memory/speed/communication choices the defaults resolved to (reported with each run)."""
     activation_checkpointing: bool
     reshard_after_forward: bool
     compile: bool
+    micro_batch_size: int
+    grad_accum: int
+    mesh: str  # replicas x shard group size: "1x8" is plain FSDP, "2x4" HSDP over two nodes
+    reduce_dtype: str
 
 
 @dataclass
@@ -31,6 +38,7 @@ class Engine:
     num_params: int
     flops_per_token: float
     plan: Plan
+    mesh: DeviceMesh | None = None
 
 
 def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
@@ -38,60 +46,40 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
     lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device)
     num_params = count_params(lm)
     world = dist.get_world_size() if dist.is_initialized() else 1
+    mesh, layout = build_mesh(cfg.hsdp_replicas, device)
     limit = memory_limit_bytes(cfg, device)  # also enforces --memory-budget-gib
-    plan = resolve_plan(cfg, model_cfg, num_params, world, limit, on_gpu=device.type == "cuda")
+    fp = Footprint(model_cfg, num_params, layout.shard_size, limit)
+    plan = resolve_plan(cfg, fp, world, layout.shape, on_gpu=device.type == "cuda")
     model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens, compile_loss=plan.compile)
-    shard_model(model, device, reshard_after_forward=plan.reshard_after_forward,
-                activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile)
+    shard_model(model, device, mesh=mesh, reshard_after_forward=plan.reshard_after_forward,
+                activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile,
+                reduce_dtype=plan.reduce_dtype, prefetch_layers=cfg.prefetch_layers)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
     fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size, cfg.seq_len)
-    return Engine(model, optimizer, device, num_params, fpt, plan)
+    return Engine(model, optimizer, device, num_params, fpt, plan, mesh)
 
 
-def resolve_plan(cfg: TrainConfig, model_cfg: PretrainedConfig, num_params: int, world: int,
-                 limit_bytes: int | None, *, on_gpu: bool) -> Plan:
-    """Resolve the defaults: checkpoint activations only when memory needs it; keep the gathered
-    weights between forward and backward (ZeRO-2, fewer all-gathers) only when their bf16 copy
+def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_gpu: bool) -> Plan:
+    """Resolve the defaults: micro-batch and accumulation from --tokens-per-step (memory.plan_batch);
+    checkpoint activations only when memory needs it; keep the gathered weights between forward
+    and backward (ZeRO-2, fewer all-gathers, and across micro-batches) only when their bf16 copy
     fits without checkpointing; compile on GPU, where eager Hugging Face layers under FSDP2 are
     CPU-bound (bench/NOTES.md), not on CPU, where compiling costs more than a laptop run gains.
     Explicit settings always win."""
+    micro, accum = plan_batch(cfg, fp, world)
     checkpointing = cfg.activation_checkpointing
     if checkpointing is None:
-        checkpointing = needs_activation_checkpointing(cfg, model_cfg, num_params, world, limit_bytes)
+        checkpointing = not fits(fp, cfg, micro_batch=micro, grad_accum=accum)
     reshard = cfg.reshard_after_forward
     if reshard is None:
-        reshard = checkpointing or limit_bytes is None or not _fits(
-            cfg, model_cfg, num_params, world, limit_bytes, extra=2 * num_params)
-    return Plan(checkpointing, reshard, on_gpu if cfg.compile is None else cfg.compile)
-
-
-# Bytes of saved activations per token per decoder layer, without checkpointing, in bf16:
-# ~24 hidden-sized and ~4 intermediate-sized tensors. Calibrated against the 33 GiB of activations
-# measured for Qwen2.5-1.5B at 8,192 tokens per GPU (design notes' FSDP2 table).
-def _activation_bytes_per_token_layer(model_cfg: PretrainedConfig) -> int:
-    return 2 * (24 * model_cfg.hidden_size + 4 * model_cfg.intermediate_size)
-
-
-def needs_activation_checkpointing(cfg: TrainConfig, model_cfg: PretrainedConfig, num_params: int,
-                                   world: int, limit_bytes: int | None) -> bool:
-    """True when sharded fp32 state (16 bytes/param: weights, grads, Adam moments) plus
-    un-checkpointed activations would not fit in 90% of the limit (None: CPU, never needed)."""
-    if limit_bytes is None:
-        return False
-    return not _fits(cfg, model_cfg, num_params, world, limit_bytes, extra=0)
-
-
-def _fits(cfg: TrainConfig, model_cfg: PretrainedConfig, num_params: int, world: int,
-          limit_bytes: int, extra: int) -> bool:
-    """Sharded fp32 state + un-checkpointed activations + `extra` bytes within 90% of the limit."""
-    state = 16 * num_params / world
-    tokens = cfg.micro_batch_size * cfg.seq_len
-    activations = tokens * model_cfg.num_hidden_layers * _activation_bytes_per_token_layer(model_cfg)
-    return state + activations + extra <= 0.9 * limit_bytes
+        reshard = checkpointing or fp.limit_bytes is None or not fits(
+            fp, cfg, micro_batch=micro, grad_accum=accum, zero2=True)
+    return Plan(checkpointing, reshard, on_gpu if cfg.compile is None else cfg.compile,
+                micro, accum, mesh, cfg.reduce_dtype)
 
 
 def memory_limit_bytes(cfg: TrainConfig, device: torch.device) -> int | None:
@@ -122,9 +110,15 @@ def train_step(engine: Engine, micro_batches: list[tuple[torch.Tensor, torch.Ten
         group["lr"] = lr
     total = torch.zeros((), device=engine.device)
     n = len(micro_batches)
+    keep_gathered = not engine.plan.reshard_after_forward
     for i, (inputs, labels) in enumerate(micro_batches):
-        # Reduce-scatter gradients only on the last micro-batch of the step.
-        model.set_requires_gradient_sync(i == n - 1)
+        last = i == n - 1
+        # Communicate once per optimizer step: no reduce-scatter/all-reduce before the last
+        # micro-batch, and under ZeRO-2 (memory allows the gathered weights) no re-gathering
+        # either: FSDP2's set_reshard_after_backward exists for exactly this trade.
+        model.set_requires_gradient_sync(last)
+        if keep_gathered:
+            model.set_reshard_after_backward(last)
         loss = model(inputs.to(engine.device, non_blocking=True),
                      labels.to(engine.device, non_blocking=True))
         (loss / n).backward()

@@ -7,6 +7,7 @@ progress, metrics and checkpoints, and the optional export.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Iterator
@@ -16,7 +17,7 @@ import ray.train.torch
 import torch
 import torch.distributed as dist
 
-from training import checkpoint, data, transport
+from training import bandwidth, checkpoint, data, device_time, transport
 from training.config import TrainConfig
 from training.engine import Engine, build_engine, lr_at, mean_across_ranks, train_step
 from training.metrics import mfu, peak_flops
@@ -37,6 +38,9 @@ def train_func(loop_config: dict) -> None:
 
     _fetch_weights_once_per_node(cfg.model, local_rank)
     engine = build_engine(cfg, model_config(cfg.model, loop_config.get("vocab_size")), device)
+    # --tokens-per-step: the engine's planner chose micro-batch and accumulation to fit memory.
+    cfg = dataclasses.replace(cfg, micro_batch_size=engine.plan.micro_batch_size,
+                              grad_accum=engine.plan.grad_accum)
     position = checkpoint.Position(step=0, data_position=0)
     resumed_from = None
     if (ckpt := ray.train.get_checkpoint()) is not None:
@@ -48,7 +52,8 @@ def train_func(loop_config: dict) -> None:
     info = {"world_size": world, "resumed_from_step": resumed_from, "nccl_transport": link.verdict,
             "nccl_nodes": link.nodes, "efa_preflight": preflight, "num_params": engine.num_params,
             "waited_for_workers_s": loop_config.get("waited_for_workers_s"),
-            "time_to_first_step_s": None, **dataclasses.asdict(engine.plan)}
+            "time_to_first_step_s": None, **dataclasses.asdict(engine.plan),
+            **bandwidth.probe(engine.mesh, device)}
     _run_steps(cfg, engine, batches, position, info, rank, loop_config.get("run_started_at"))
 
 
@@ -143,7 +148,14 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
     for step in range(first_step, cfg.steps + 1):
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         data_position += cfg.grad_accum
-        loss = train_step(engine, micro, lr_at(step, cfg), cfg.grad_clip)
+        run_step = functools.partial(train_step, engine, micro, lr_at(step, cfg), cfg.grad_clip)
+        if step == first_step + 1:  # warm (compiled, connected): where one step's time goes
+            loss, shares = device_time.profile_step(run_step, engine.device)
+            info.update(shares)
+            if rank == 0:
+                print(device_time.link_report(info), flush=True)
+        else:
+            loss = run_step()
         clock.tick()
         _inject_fault(cfg, step, info, rank)
         save = bool(cfg.checkpoint_every) and (step == cfg.steps or step % cfg.checkpoint_every == 0)

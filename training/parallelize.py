@@ -1,4 +1,4 @@
-"""FSDP2 sharding: one group per decoder layer, then the root.
+"""FSDP2 sharding: one group per decoder layer, then the root, over a 1-D (FSDP) or 2-D (HSDP) mesh.
 
 The root group holds the embeddings, the final norm and the tied LM head: tied weights must stay in
 one group, and the root is gathered once per step anyway. Order follows torchtitan: activation
@@ -10,23 +10,29 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.model import CausalLMWithLoss
 
+REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
-def mixed_precision(device: torch.device) -> MixedPrecisionPolicy | None:
-    """bf16 compute, fp32 master weights and fp32 gradient reduction on GPU; pure fp32 on CPU."""
+
+def mixed_precision(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
+    """bf16 compute with fp32 master weights on GPU, gradients reduced in `reduce_dtype` (bf16
+    halves the bytes on the wire; the optimizer still steps fp32 shards); pure fp32 on CPU."""
     if device.type != "cuda":
         return None
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=REDUCE_DTYPES[reduce_dtype])
 
 
 def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_forward: bool,
-                activation_checkpointing: bool, compile_layers: bool = False) -> CausalLMWithLoss:
-    """Shard in place across the default process group and return the model."""
-    kwargs = {}
-    policy = mixed_precision(device)
+                activation_checkpointing: bool, compile_layers: bool = False,
+                mesh: DeviceMesh | None = None, reduce_dtype: str = "fp32",
+                prefetch_layers: int = 0) -> CausalLMWithLoss:
+    """Shard in place over `mesh` (default: the whole default process group) and return the model."""
+    kwargs = {"mesh": mesh}
+    policy = mixed_precision(device, reduce_dtype)
     if policy is not None:
         kwargs["mp_policy"] = policy
     layers: nn.ModuleList = model.layers
@@ -40,4 +46,16 @@ def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_
         last = i == len(layers) - 1
         fully_shard(layer, reshard_after_forward=reshard_after_forward and not last, **kwargs)
     fully_shard(model, **kwargs)
+    if prefetch_layers:
+        set_prefetch(list(layers), prefetch_layers)
     return model
+
+
+def set_prefetch(layers: list, depth: int) -> None:
+    """Each layer explicitly prefetches the all-gathers of the next `depth` layers in forward and
+    of the previous `depth` in backward (FSDPModule.set_modules_to_{forward,backward}_prefetch:
+    one layer matches FSDP2's implicit overlap, issued earlier from the CPU; two or more overlap
+    more at one gathered layer of memory each)."""
+    for i, layer in enumerate(layers):
+        layer.set_modules_to_forward_prefetch(layers[i + 1:i + 1 + depth])
+        layer.set_modules_to_backward_prefetch(layers[max(0, i - depth):i][::-1])

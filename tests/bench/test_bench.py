@@ -8,28 +8,37 @@ import json
 import pytest
 
 from bench import benchmark as bench
-from bench.step_profile import kernel_breakdown
+from training.device_time import kernel_breakdown
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def test_bench_runs_ours_and_writes_json_and_a_results_row(tmp_path):
     out, md = tmp_path / "result.json", tmp_path / "RESULTS.md"
-    rc = bench.main(["--model", "tiny", "--seq-len", "32", "--micro-batch-size", "2", "--steps", "2",
-                     "--warmup", "1", "--variants", "reference,ours", "--json-out", str(out),
+    rc = bench.main(["--model", "tiny", "--seq-len", "32", "--micro-batch-size", "2",
+                     "--grad-accum", "2", "--steps", "2", "--warmup", "1",
+                     "--variants", "reference,ours,ours-hsdp", "--json-out", str(out),
                      "--results-md", str(md), "--work-dir", str(tmp_path / "work"),
                      "--profile-dir", str(tmp_path / "prof")])
     assert rc == 0
     result = json.loads(out.read_text())
     rows = {r["variant"]: r for r in result["rows"]}
     assert "needs a GPU" in rows["reference"]["error"]  # FSDP1 is GPU-only: skipped, said so
-    assert rows["ours"]["tokens_per_s_per_gpu"] > 0 and rows["ours"]["mfu"] is None
+    ours, hsdp = rows["ours"], rows["ours-hsdp"]
+    assert ours["tokens_per_s_per_gpu"] > 0 and ours["mfu"] is None
+    assert ours["tokens_per_step"] == 2 * 2 * 2 * 32  # workers x micro-batch x accumulation x seq
+    # The step-time model's inputs: compute without communication, and each group's bandwidth.
+    assert ours["compute_ms_per_micro_batch"] > 0
+    assert ours["bandwidth"]["allgather_busbw_gbps"] > 0
+    assert ours["bandwidth"]["allreduce_busbw_gbps"] is None
+    assert hsdp["mesh"] == "2x1" and hsdp["bandwidth"]["allreduce_busbw_gbps"] > 0
     assert result["env"]["world_size"] == 2 and result["env"]["nccl_transport"] == "not-used"
     trace = json.loads(gzip.decompress((tmp_path / "prof" / "ours.trace.json.gz").read_bytes()))
     assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
-    assert rows["ours"]["profile"]["trace"] == "ours.trace.json.gz"
+    assert ours["profile"]["trace"] == "ours.trace.json.gz"
     table = md.read_text()
-    assert table.count("\n| ") == 3 and "| ours (eager, ZeRO-3) |" in table  # header + 2 rows
+    assert table.count("\n| ") == 4  # header + 3 rows
+    assert ("| ours (eager, ZeRO-3, mesh 1x2, fp32 reduce, x2 accumulation) |" in table)
 
 
 def test_unknown_variant_is_refused():

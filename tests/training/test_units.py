@@ -1,9 +1,7 @@
-"""Pure pieces of the training package: loss, schedule, FLOPs, memory rule, data, CLI parsing."""
+"""Pure pieces of the training package: loss, schedule, FLOPs, data, CLI parsing (the memory
+rule and the batch planner: test_planning.py)."""
 
 from __future__ import annotations
-
-import dataclasses
-import functools
 
 import pytest
 import torch
@@ -11,7 +9,7 @@ import torch
 from training import cli
 from training.config import ConfigError, TrainConfig
 from training.data import random_batch
-from training.engine import Plan, lr_at, needs_activation_checkpointing, resolve_plan
+from training.engine import lr_at
 from training.loss import fused_linear_cross_entropy
 from training.metrics import flops_per_token, merge_csv, mfu, peak_flops
 from training.model import build_model, count_params, model_config
@@ -51,31 +49,6 @@ def test_schedule_warms_up_then_decays_to_a_tenth():
     assert lr_at(1, cfg) == pytest.approx(1e-4) and lr_at(10, cfg) == pytest.approx(1e-3)
     assert lr_at(100, cfg) == pytest.approx(1e-4)
     assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))
-
-
-def test_activation_checkpointing_turns_on_only_when_memory_needs_it():
-    config = model_config("qwen2.5-1.5b")
-    cfg = TrainConfig(model="qwen2.5-1.5b", seq_len=2048, micro_batch_size=4)
-    n = 1_543_714_304
-    assert needs_activation_checkpointing(cfg, config, n, 2, 22 * 2**30)  # L4-sized budget
-    assert not needs_activation_checkpointing(cfg, config, n, 2, 141 * 2**30)  # H200
-    assert not needs_activation_checkpointing(cfg, config, n, 2, None)  # CPU
-
-
-def test_defaults_resolve_to_compiled_zero2_only_where_memory_allows_and_explicit_settings_win():
-    config = model_config("qwen2.5-1.5b")
-    cfg = TrainConfig(model="qwen2.5-1.5b", seq_len=2048, micro_batch_size=4)
-    n, gib = 1_543_714_304, 2**30
-    plan = functools.partial(resolve_plan, cfg, config, n, 2)
-    assert plan(141 * gib, on_gpu=True) == Plan(activation_checkpointing=False,
-                                                reshard_after_forward=False, compile=True)
-    # Fits without checkpointing, but not with the 3 GB bf16 copy ZeRO-2 keeps: ZeRO-3.
-    assert plan(52 * 10**9, on_gpu=True) == Plan(False, True, True)
-    assert plan(22 * gib, on_gpu=True) == Plan(True, True, True)  # L4 budget: checkpoint, ZeRO-3
-    assert plan(None, on_gpu=False) == Plan(False, True, False)  # CPU: eager, ZeRO-3
-    explicit = dataclasses.replace(cfg, compile=False, reshard_after_forward=True,
-                                   activation_checkpointing=True)
-    assert resolve_plan(explicit, config, n, 2, 141 * gib, on_gpu=True) == Plan(True, True, False)
 
 
 def test_random_batches_are_deterministic_per_rank_and_step():

@@ -258,6 +258,10 @@ def _non_default(f, hint):
     """A valid value for TrainConfig field `f` that differs from its default."""
     import typing
 
+    # Batch settings must fit the others (seq 128 + 3 below; a worker count dividing 8).
+    valid = {"tokens_per_step": 131 * 8 * 3, "hsdp_replicas": 2}
+    if f.name in valid:
+        return valid[f.name]
     args = typing.get_args(hint)
     if typing.get_origin(hint) is typing.Literal:
         return next(a for a in args if a != f.default)

@@ -1,0 +1,124 @@
+"""Pure planning pieces of issue 14: the mesh choice, the memory estimate and batch planner, the
+resolved plan, the new settings' validation, and the link report."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+
+from training.bandwidth import bus_factor
+from training.config import ConfigError, TrainConfig
+from training.device_time import link_report
+from training.engine import Plan, resolve_plan
+from training.memory import HEADROOM, Footprint, estimate_bytes, fits, plan_batch
+from training.mesh import choose_layout
+from training.model import model_config
+
+QWEN = 1_543_714_304
+GIB = 2**30
+
+
+def test_mesh_is_one_replica_per_node_when_nodes_match_and_plain_fsdp_otherwise():
+    # Ray may hand out ranks interleaved across nodes: shard groups still stay on one node.
+    two_nodes = ["a", "b", "a", "b", "a", "b", "a", "b"]
+    layout = choose_layout(two_nodes, None)
+    assert layout.grid == ((0, 2, 4, 6), (1, 3, 5, 7)) and layout.shape == "2x4"
+    assert "per node" in layout.reason
+    assert choose_layout(["a"] * 4, None).shape == "1x4"  # one node: plain FSDP
+    uneven = choose_layout(["a", "a", "a", "b"], None)
+    assert uneven.shape == "1x4" and "unequal" in uneven.reason
+    forced = choose_layout(["a"] * 4, 2)  # the CPU test's 2 x 2 on one host
+    assert forced.grid == ((0, 1), (2, 3)) and forced.reason == "set by --hsdp-replicas"
+    assert choose_layout(["a", "a"], 2).shape == "2x1"  # the GPU machine: 2 replicas of 1 GPU
+    with pytest.raises(ConfigError, match="--hsdp-replicas must divide the 4 workers"):
+        choose_layout(["a"] * 4, 3)
+
+
+def _l4(shard: int, **kw) -> tuple[TrainConfig, Footprint]:
+    cfg = TrainConfig(model="qwen2.5-1.5b", seq_len=2048, num_workers=8, **kw)
+    return cfg, Footprint(model_config("qwen2.5-1.5b"), QWEN, shard, 22 * GIB)
+
+
+@pytest.mark.parametrize("reduce_dtype", ["fp32", "bf16"])
+def test_planner_fills_but_never_exceeds_the_l4_budget(reduce_dtype):
+    # 2 x g6.12xlarge: 8 workers, HSDP shards over the 4 GPUs of a node, 22 GiB usable per L4.
+    cfg, fp = _l4(4, tokens_per_step=8 * 16 * 2048, reduce_dtype=reduce_dtype)
+    micro, accum = plan_batch(cfg, fp, world=8)
+    assert micro * accum == 16  # exactly the global batch: 16 sequences per worker
+    need = estimate_bytes(fp, micro_batch=micro, seq_len=2048, grad_accum=accum,
+                          reduce_dtype=reduce_dtype, checkpointing=False, zero2=False)
+    assert need <= HEADROOM * fp.limit_bytes
+    bigger = next(m for m in range(micro + 1, 17) if 16 % m == 0)
+    assert not fits(fp, cfg, micro_batch=bigger, grad_accum=16 // bigger)
+
+
+def test_planner_counts_the_unsharded_gradients_that_accumulation_keeps():
+    cfg, fp = _l4(4)
+    one = estimate_bytes(fp, micro_batch=1, seq_len=2048, grad_accum=1, reduce_dtype="fp32",
+                         checkpointing=False, zero2=False)
+    assert estimate_bytes(fp, micro_batch=1, seq_len=2048, grad_accum=4, reduce_dtype="fp32",
+                          checkpointing=False, zero2=False) - one == 4 * QWEN
+    assert estimate_bytes(fp, micro_batch=1, seq_len=2048, grad_accum=4, reduce_dtype="bf16",
+                          checkpointing=False, zero2=False) - one == 2 * QWEN
+
+
+def test_planner_checkpoints_activations_only_when_no_micro_batch_fits_without():
+    cfg, fp = _l4(1, tokens_per_step=2 * 8 * 2048)  # no sharding: 24.7 GB of state alone
+    fp = dataclasses.replace(fp, limit_bytes=40 * GIB)
+    micro, accum = plan_batch(dataclasses.replace(cfg, num_workers=2), fp, world=2)
+    assert not fits(fp, cfg, micro_batch=1, grad_accum=8)
+    assert fits(fp, cfg, micro_batch=micro, grad_accum=accum, checkpointing=True)
+    assert micro > 1  # checkpointing buys a larger micro-batch than 1
+    cpu = dataclasses.replace(fp, limit_bytes=None)
+    assert plan_batch(cfg, cpu, world=2) == (8, 1)  # no limit: the whole batch at once
+    assert plan_batch(TrainConfig(micro_batch_size=3, grad_accum=5), cpu, world=2) == (3, 5)
+
+
+def test_plan_resolves_batch_checkpointing_zero2_and_explicit_settings_win():
+    config = model_config("qwen2.5-1.5b")
+    cfg = TrainConfig(model="qwen2.5-1.5b", seq_len=2048, micro_batch_size=4)
+
+    def plan(limit, c=cfg, on_gpu=True):
+        return resolve_plan(c, Footprint(config, QWEN, 2, limit), 2, "1x2", on_gpu=on_gpu)
+
+    base = functools.partial(Plan, micro_batch_size=4, grad_accum=1, mesh="1x2", reduce_dtype="fp32")
+    assert plan(141 * GIB) == base(activation_checkpointing=False, reshard_after_forward=False,
+                                   compile=True)
+    # Fits without checkpointing, but not with the 3 GB bf16 copy ZeRO-2 keeps: ZeRO-3.
+    assert plan(52 * 10**9) == base(False, True, True)
+    assert plan(22 * GIB) == base(True, True, True)  # L4 budget: checkpoint, ZeRO-3
+    assert plan(None, on_gpu=False) == base(False, True, False)  # CPU: eager, ZeRO-3
+    explicit = dataclasses.replace(cfg, compile=False, reshard_after_forward=True,
+                                   activation_checkpointing=True)
+    assert plan(141 * GIB, explicit) == base(True, True, False)
+    planned = plan(141 * GIB, dataclasses.replace(cfg, tokens_per_step=2 * 32 * 2048,
+                                                  reduce_dtype="bf16"))
+    assert (planned.micro_batch_size * planned.grad_accum, planned.reduce_dtype) == (32, "bf16")
+
+
+def test_new_settings_are_validated_naming_the_flag():
+    with pytest.raises(ConfigError) as e:
+        TrainConfig(num_workers=8, seq_len=2048, tokens_per_step=3000, hsdp_replicas=3,
+                    reduce_dtype="fp16", prefetch_layers=-1).validated()
+    text = str(e.value)
+    for flag in ("--tokens-per-step must be a positive multiple of --seq-len x --num-workers = "
+                 "16384", "--hsdp-replicas must be at least 1 and divide --num-workers 8",
+                 "--reduce-dtype", "--prefetch-layers"):
+        assert flag in text
+    assert len(e.value.problems) == 4
+    TrainConfig(num_workers=8, seq_len=2048, tokens_per_step=8 * 2048 * 4,
+                hsdp_replicas=2).validated()
+
+
+def test_bus_bandwidth_factors_follow_nccl_tests():
+    assert bus_factor("all_gather", 4) == 0.75 and bus_factor("all_reduce", 2) == 1.0
+
+
+def test_link_report_names_bandwidths_and_exposed_share():
+    line = link_report({"allgather_busbw_gbps": 11.5, "allreduce_busbw_gbps": None,
+                        "exposed_comm_share": 0.62, "comm_share": 0.8})
+    assert line == ("link: all-gather bus bandwidth 11.50 GB/s; exposed communication 62% of a "
+                    "step (communication 80%)")
+    assert "no collectives" in link_report({"allgather_busbw_gbps": None})
