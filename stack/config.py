@@ -49,8 +49,18 @@ _K8S_VERSION = re.compile(r"^1\.\d{2}$")
 # unless it says otherwise (the job's own defaults, in TrainConfig, are a laptop's).
 JOB_DEFAULTS: dict[str, Any] = {
     "model": "Qwen/Qwen2.5-1.5B", "steps": 100, "seqLen": 2048, "lr": 1e-4, "checkpointEvery": 50,
+    # Network-bound on 2 x g6.12xlarge (one 40 Gbps EFA link): gradients reduced once per
+    # optimizer step, in bf16 (bench/NOTES.md: +27% on the sockets proxy, loss within 0.004%).
+    "reduceDtype": "bf16",
     "maxFailures": 2,  # a lost worker (node, spot, NCCL timeout) restarts from the last checkpoint
 }
+# Unless a stack sets its batch (tokensPerStep, microBatchSize or gradAccum), an optimizer step
+# takes this many sequences per GPU (262,144 tokens on 8 GPUs at 2,048): a large global batch
+# that the job's planner splits into micro-batches that fit the GPU, so the one EFA link carries
+# one gradient reduction per 16 sequences (bench/MODEL.md: 5.2x the reference predicted on
+# 2 x g6.12xlarge; the levers measured 3.8-4.9x on the sockets proxy).
+SEQUENCES_PER_GPU_PER_STEP = 16
+BATCH_KEYS = ("tokensPerStep", "microBatchSize", "gradAccum")
 # Job settings the RayJob builder sets from the stack, never the `training` object.
 SET_BY_THE_STACK = {
     "num_workers": "the stack runs one worker per GPU (gpuNodeCount x the GPUs of gpuInstanceType)",
@@ -230,7 +240,7 @@ def parse(raw: Mapping[str, Any], region: str, default_name: str = "ray-train") 
                       ("capacityBlock", "capacity_block")):
         if values.get(attr) is not None:
             values[attr] = _reservation(key, values[attr], problems)
-    values["training"] = _training(values.get("training") or {}, problems)
+    values["training"] = _training(values.get("training") or {}, _workers(values), problems)
     for key, attr, example in (("apiPublicCidrs", "api_public_cidrs", '["203.0.113.0/24"]'),
                                ("extraPip", "extra_pip", '["datasets==4.4.1"]')):
         value = values.get(attr)
@@ -261,14 +271,27 @@ def _reservation(key: str, value: Any, problems: list[str]) -> Reservation | Non
     return Reservation(id=str(value["id"]), instance_count=count)
 
 
-def _training(value: Any, problems: list[str]) -> TrainConfig | None:
-    """The job's settings: JOB_DEFAULTS under the stack's own, checked by TrainConfig itself."""
+def _workers(values: dict) -> int | None:
+    """The run's worker count (one per GPU), when the GPU keys are readable."""
+    facts = catalog.INSTANCES.get(values.get("gpu_instance_type"))
+    count = values.get("gpu_node_count")
+    in_range = isinstance(count, int) and 0 < count <= MAX_GPU_NODES
+    return count * facts.gpus if facts and in_range else None
+
+
+def _training(value: Any, workers: int | None, problems: list[str]) -> TrainConfig | None:
+    """The job's settings: JOB_DEFAULTS (and the default batch) under the stack's own, checked by
+    TrainConfig itself with the run's worker count (tokensPerStep's divisibility depends on it)."""
     if not isinstance(value, dict):
         problems.append("training: expected an object of the job's settings, e.g. {\"steps\": 100}")
         return None
+    settings = {**JOB_DEFAULTS, **value}
+    if workers and not any(k in value for k in BATCH_KEYS) and isinstance(settings["seqLen"], int):
+        settings["tokensPerStep"] = SEQUENCES_PER_GPU_PER_STEP * settings["seqLen"] * workers
     try:
-        return from_settings({**JOB_DEFAULTS, **value}, prefix="training.",
-                             owned_elsewhere=SET_BY_THE_STACK)
+        return from_settings(settings, prefix="training.",
+                             owned_elsewhere=SET_BY_THE_STACK,
+                             fixed={"num_workers": workers} if workers else None)
     except JobConfigError as e:
         problems.extend(e.problems)
         return None

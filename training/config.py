@@ -183,10 +183,12 @@ def closest(key: str, known: list[str], prefix: str = "") -> str:
 
 
 def from_settings(settings: Mapping[str, Any], prefix: str = "",
-                  owned_elsewhere: Mapping[str, str] | None = None) -> TrainConfig:
+                  owned_elsewhere: Mapping[str, str] | None = None,
+                  fixed: Mapping[str, Any] | None = None) -> TrainConfig:
     """A validated TrainConfig from camelCase settings (a stack's `training` object), every
     problem at once, each naming `<prefix><key>` and its flag. `owned_elsewhere` maps the fields
-    the caller sets itself to where they come from; setting one here is a problem."""
+    the caller sets itself to where they come from; setting one here is a problem. `fixed` holds
+    the values the caller will set (e.g. the worker count), so checks that depend on them run now."""
     owned = {setting_key(k): v for k, v in (owned_elsewhere or {}).items()}
     fields = {setting_key(f.name): f for f in dataclasses.fields(TrainConfig)
               if setting_key(f.name) not in owned}
@@ -210,7 +212,7 @@ def from_settings(settings: Mapping[str, Any], prefix: str = "",
         values[f.name] = float(value) if float in allowed and isinstance(value, int) else value
     if problems:
         raise ConfigError(problems)
-    cfg = TrainConfig(**values)
+    cfg = TrainConfig(**values, **(fixed or {}))
     flag_to_key = {f"--{_flag(f.name)}": setting_key(f.name) for f in dataclasses.fields(TrainConfig)}
     found = [re.sub(r"^(--[a-z-]+)", lambda m: f"{prefix}{flag_to_key.get(m[1], m[1])} ({m[1]})", p)
              for p in cfg.problems()]

@@ -204,3 +204,23 @@ def test_the_default_cluster_name_is_a_valid_one(project, stack, expected):
     name = default_cluster_name(project, stack)
     assert name == expected
     parse({}, "us-west-2", default_name=name)  # valid: no ConfigError
+
+
+def test_job_settings_are_checked_with_the_runs_real_worker_count():
+    """tokensPerStep must split evenly over the workers the stack runs (gpuNodeCount x GPUs),
+    caught at `pulumi up`, not when the job starts on the GPU nodes."""
+    assert parse({"gpuNodeCount": "2"}, "us-west-2").training.num_workers == 8
+    found = problems({"gpuNodeCount": "3", "training": json.dumps({"tokensPerStep": 262144})})
+    assert any(p.startswith("training.tokensPerStep") and "24576 " in p for p in found), found
+
+
+@pytest.mark.parametrize("nodes, training, tokens", [
+    ("2", {}, 16 * 2048 * 8),  # 262,144 on 2 x g6.12xlarge
+    ("3", {}, 16 * 2048 * 12),  # scales with the run, so any node count is valid
+    ("2", {"seqLen": 1024}, 16 * 1024 * 8),
+    ("2", {"microBatchSize": 2}, None),  # a stack that sets its batch keeps it
+    ("2", {"tokensPerStep": 65536}, 65536),
+])
+def test_the_default_batch_is_large_and_follows_the_run(nodes, training, tokens):
+    cfg = parse({"gpuNodeCount": nodes, "training": json.dumps(training)}, "us-west-2")
+    assert cfg.training.tokens_per_step == tokens and cfg.training.reduce_dtype == "bf16"
