@@ -20,12 +20,16 @@ from pathlib import Path
 
 from training import quiet
 from training.config import LOCAL_DEFAULTS, ConfigError, TrainConfig
-from training.data import RANDOM_MODES, DataError, build_text_dataset
+from training.data import BYTES, BYTES_VOCAB, RANDOM_MODES, DataError, TokenCache
 from training.model import ModelError, is_builtin, max_positions, model_config
 from training.ray_setup import init_ray
 from training.storage import Storage, StorageError, check_writable, resolve
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+SAMPLE_TEXT = Path(__file__).resolve().parent / "sample_data" / "tiny_corpus.jsonl"
+DEMO_DEFAULTS = {"data": str(SAMPLE_TEXT), "tokenizer": BYTES, "name": "demo", "log_every": 1,
+                 "lr": 3e-3}
+"""What `--demo` (`make demo`) adds to `--local`: a loss that visibly falls within seconds."""
 
 
 class JobError(RuntimeError):
@@ -36,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0])
     ap.add_argument("--local", action="store_true", help="local Ray, 2 CPU workers, `tiny` model "
                     "(the defaults of a laptop run; other flags still apply)")
+    ap.add_argument("--demo", action="store_true", help="--local, trained on the shipped sample "
+                    "text with the built-in byte tokenizer, logged and plotted every step")
     add_config_flags(ap)
     return ap
 
@@ -63,9 +69,9 @@ def add_config_flags(ap: argparse.ArgumentParser, names: tuple[str, ...] | None 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:
     args = vars(build_parser().parse_args(argv))
-    local = args.pop("local")
+    local, demo = args.pop("local"), args.pop("demo")
     given = {k: v for k, v in args.items() if v is not None}
-    base = dict(LOCAL_DEFAULTS) if local else {}
+    base = {**LOCAL_DEFAULTS, **DEMO_DEFAULTS} if demo else dict(LOCAL_DEFAULTS) if local else {}
     return TrainConfig(**{**base, **given}).validated()
 
 
@@ -96,10 +102,8 @@ def run(cfg: TrainConfig) -> dict:
     try:
         use_gpu = cfg.use_gpu if cfg.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
         _check_capacity(cfg, use_gpu, ray.cluster_resources())
-        datasets = None
-        if cfg.data not in RANDOM_MODES:
-            datasets = {"train": _text_dataset(cfg)}
-        result = _fit(cfg, storage, vocab, use_gpu, datasets)
+        tokens = None if cfg.data in RANDOM_MODES else _tokenized(cfg, storage)
+        result = _fit(cfg, storage, vocab, use_gpu, tokens)
     finally:
         if started_here:
             ray.shutdown()
@@ -114,7 +118,7 @@ def _check_model_and_data(cfg: TrainConfig) -> int | None:
             raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
                             f"{RANDOM_MODES})")
         tok_name = cfg.tokenizer or cfg.model
-        if is_builtin(tok_name):
+        if is_builtin(tok_name) and tok_name != BYTES:
             raise ModelError(f"--data text needs a tokenizer: pass --tokenizer (a Hugging Face id "
                              f"or directory) with the built-in shape {cfg.model!r}")
         vocab = _tokenizer_vocab(tok_name) if is_builtin(cfg.model) else None
@@ -131,6 +135,8 @@ def _data_exists(uri: str) -> bool:
 
 
 def _tokenizer_vocab(name: str) -> int:
+    if name == BYTES:
+        return BYTES_VOCAB
     from transformers import AutoTokenizer
 
     try:
@@ -139,15 +145,17 @@ def _tokenizer_vocab(name: str) -> int:
         raise ModelError(f"--tokenizer {name!r}: cannot load it ({str(e).splitlines()[0]})") from None
 
 
-def _text_dataset(cfg: TrainConfig):
+def _tokenized(cfg: TrainConfig, storage: Storage) -> dict:
+    """Tokenize the text once into the run directory (reused by reruns); what workers read."""
     uri = cfg.data if "://" in cfg.data else os.path.abspath(cfg.data)
     tok = cfg.tokenizer or cfg.model
     tok = os.path.abspath(tok) if os.path.isdir(tok) else tok
-    ds = build_text_dataset(uri, tok, cfg.seq_len)
-    if not ds.take(1):
+    cache = TokenCache.for_run(storage.filesystem, f"{storage.path}/{cfg.name}", uri, tok,
+                               cfg.seq_len)
+    if cache.build(uri, tok, cfg.seq_len)["samples"] < 1:
         raise DataError(f"--data {cfg.data!r} holds no text (or too little to fill one "
-                        f"{cfg.seq_len + 1}-token block); add text or lower --seq-len")
-    return ds
+                        f"{cfg.seq_len + 1}-token sample); add text or lower --seq-len")
+    return {"directory": cache.directory, "fingerprint": cache.fingerprint}
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: dict) -> None:
@@ -160,7 +168,8 @@ def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: dict) -> None:
                            "GPU node group paused at gpuNodeCount 0?)"])
 
 
-def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool, datasets):
+def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool,
+         tokens: dict | None):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
@@ -169,14 +178,13 @@ def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool, d
 
     trainer = TorchTrainer(
         train_func,
-        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab},
+        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab, "tokens": tokens},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
         run_config=RunConfig(name=cfg.name, storage_path=storage.path,
                              storage_filesystem=storage.filesystem,
                              failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
                              logging_config=LoggingConfig(log_level="WARNING")),
-        datasets=datasets,
     )
     try:
         return trainer.fit()
@@ -194,27 +202,37 @@ def _root_cause(e: BaseException) -> str:
 
 def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
     """The run's last metrics, which rank 0 writes to the run directory (Ray's Result keeps only
-    checkpointed reports), plus where the latest checkpoint is."""
+    checkpointed reports), plus the newest complete checkpoint and its size."""
+    from training.checkpoint import latest
     from training.engine import Plan
     from training.run_files import RunFiles
 
     run_dir = f"{storage.path}/{cfg.name}"
     m = RunFiles(storage.filesystem, run_dir).read_json("summary.json") or {}
+    ckpt = latest(storage.filesystem, run_dir, result.checkpoint)
     return {
         "steps": m.get("step"),
-        "first_loss": m.get("first_loss"),
+        "first_loss": m.get("first_loss"),  # the run's first step, across resumes
         "last_loss": m.get("loss"),
-        "tokens_per_s": m.get("run_tokens_per_s"),
+        "tokens_per_s": m.get("run_tokens_per_s"),  # steps only (first step and saves left out)
+        "tokens_per_s_with_checkpoints": m.get("run_tokens_per_s_with_checkpoints"),
         "mfu": m.get("mfu"),
         "peak_mem_gib": m.get("peak_mem_gib"),
         "world_size": m.get("world_size"),
         "resumed_from_step": m.get("resumed_from_step"),
-        "checkpoint": storage.display(result.checkpoint.path) if result.checkpoint else None,
+        "checkpoint": storage.display(ckpt.path) if ckpt else None,
+        "checkpoint_gib": _size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         "run_dir": storage.display(run_dir),
         "nccl_transport": m.get("nccl_transport"),
         "efa_preflight": m.get("efa_preflight"),
         **{f.name: m.get(f.name) for f in dataclasses.fields(Plan)},  # what the defaults chose
     }
+
+
+def _size_gib(fs, path: str) -> float:
+    from pyarrow.fs import FileSelector
+
+    return sum(i.size or 0 for i in fs.get_file_info(FileSelector(path, recursive=True))) / 2**30
 
 
 def _quiet_local_logs() -> None:

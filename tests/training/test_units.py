@@ -11,7 +11,7 @@ import torch
 from training import cli
 from training.config import ConfigError, TrainConfig
 from training.data import random_batch
-from training.engine import Plan, lr_at, needs_activation_checkpointing, resolve_plan
+from training.engine import Plan, needs_activation_checkpointing, resolve_plan
 from training.loss import fused_linear_cross_entropy
 from training.metrics import flops_per_token, merge_csv, mfu, peak_flops
 from training.model import build_model, count_params, model_config
@@ -44,13 +44,6 @@ def test_qwen_shape_param_count_and_flops_per_token():
     assert fpt == 6 * n + 12 * 28 * 1536 * 2048
     assert mfu(10_000, fpt, peak_flops("NVIDIA H200")) == pytest.approx(10_000 * fpt / 989e12)
     assert mfu(10_000, fpt, peak_flops(None)) is None  # CPU: no MFU rather than a made-up one
-
-
-def test_schedule_warms_up_then_decays_to_a_tenth():
-    cfg = TrainConfig(steps=100, warmup_steps=10, lr=1e-3)
-    assert lr_at(1, cfg) == pytest.approx(1e-4) and lr_at(10, cfg) == pytest.approx(1e-3)
-    assert lr_at(100, cfg) == pytest.approx(1e-4)
-    assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))
 
 
 def test_activation_checkpointing_turns_on_only_when_memory_needs_it():
