@@ -127,7 +127,30 @@ def _check_model_and_data(cfg: TrainConfig) -> int | None:
     if limit and cfg.seq_len > limit:
         raise ConfigError([f"--seq-len {cfg.seq_len} is beyond the model's {limit} positions "
                            f"(max_position_embeddings); use --seq-len {limit} or less"])
+    _check_memory_budget(cfg, config)
     return vocab
+
+
+def _check_memory_budget(cfg: TrainConfig, config) -> None:
+    """A micro-batch that cannot fit --memory-budget-gib even with activation checkpointing is
+    refused here, not met as a CUDA out-of-memory error inside a worker."""
+    if cfg.memory_budget_gib is None:
+        return
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from training.engine import checkpointed_bytes
+    from training.model import count_params
+
+    with torch.device("meta"):
+        num_params = count_params(AutoModelForCausalLM.from_config(config))
+    need = checkpointed_bytes(cfg, config, num_params, cfg.num_workers) / 0.9 / 2**30
+    if need > cfg.memory_budget_gib:
+        raise ConfigError([f"--micro-batch-size {cfg.micro_batch_size} at --seq-len {cfg.seq_len} "
+                           f"needs about {need:.1f} GiB per GPU even with activation checkpointing "
+                           f"(--memory-budget-gib {cfg.memory_budget_gib}); lower "
+                           "--micro-batch-size (raise --grad-accum to keep the batch) or "
+                           "--seq-len, or add --num-workers"])
 
 
 def _data_exists(uri: str) -> bool:

@@ -96,6 +96,16 @@ def _fits(cfg: TrainConfig, model_cfg: PretrainedConfig, num_params: int, world:
     return state + activations + extra <= 0.9 * limit_bytes
 
 
+def checkpointed_bytes(cfg: TrainConfig, model_cfg: PretrainedConfig, num_params: int,
+                       world: int) -> float:
+    """Estimated peak bytes per GPU with activation checkpointing on: sharded fp32 state plus
+    what checkpointing still keeps (every layer's bf16 input, one layer's recomputed activations)."""
+    tokens = cfg.micro_batch_size * cfg.seq_len
+    kept = tokens * (model_cfg.num_hidden_layers * 2 * model_cfg.hidden_size
+                     + _activation_bytes_per_token_layer(model_cfg))
+    return 16 * num_params / world + kept
+
+
 def memory_limit_bytes(cfg: TrainConfig, device: torch.device) -> int | None:
     """Usable GPU memory: the device's, or --memory-budget-gib, which is also enforced here."""
     if device.type != "cuda":

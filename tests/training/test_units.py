@@ -35,6 +35,20 @@ def test_fused_loss_matches_full_logits_loss_and_gradients(chunk, compiled):
     assert torch.allclose(hidden.grad, ref_grads[0]) and torch.allclose(weight.grad, ref_grads[1])
 
 
+def test_fused_loss_leaves_out_ignored_labels_like_cross_entropy():
+    torch.manual_seed(0)
+    hidden = torch.randn(40, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(31, 8, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 31, (40,))
+    labels[::3] = -100  # e.g. padding, or a prompt not to train on
+    ref = torch.nn.functional.cross_entropy(hidden @ weight.t(), labels)
+    ref_grads = torch.autograd.grad(ref, (hidden, weight))
+    ours = fused_linear_cross_entropy(hidden, weight, labels, 7)
+    grads = torch.autograd.grad(ours, (hidden, weight))
+    assert torch.allclose(ours, ref)
+    assert all(torch.allclose(a, b) for a, b in zip(grads, ref_grads))
+
+
 def test_qwen_shape_param_count_and_flops_per_token():
     config = model_config("qwen2.5-1.5b")
     with torch.device("meta"):
