@@ -94,6 +94,7 @@ def run(cfg: TrainConfig) -> dict:
     vocab = _check_model_and_data(cfg)
     storage = resolve(cfg.storage_path)
     check_writable(storage)
+    _check_resume(cfg, storage)
     import ray
 
     started_here = not ray.is_initialized()
@@ -168,17 +169,42 @@ def _tokenizer_vocab(name: str) -> int:
         raise ModelError(f"--tokenizer {name!r}: cannot load it ({str(e).splitlines()[0]})") from None
 
 
-def _tokenized(cfg: TrainConfig, storage: Storage) -> dict:
-    """Tokenize the text once into the run directory (reused by reruns); what workers read."""
+def _text_cache(cfg: TrainConfig, storage: Storage) -> tuple[TokenCache, str, str]:
+    """Where the run's tokenized text lives, the source URI and the tokenizer, made absolute."""
     uri = cfg.data if "://" in cfg.data else os.path.abspath(cfg.data)
     tok = cfg.tokenizer or cfg.model
     tok = os.path.abspath(tok) if os.path.isdir(tok) else tok
-    cache = TokenCache.for_run(storage.filesystem, f"{storage.path}/{cfg.name}", uri, tok,
-                               cfg.seq_len)
+    run_dir = f"{storage.path}/{cfg.name}"
+    return TokenCache.for_run(storage.filesystem, run_dir, uri, tok, cfg.seq_len), uri, tok
+
+
+def _tokenized(cfg: TrainConfig, storage: Storage) -> dict:
+    """Tokenize the text once into the run directory (reused by reruns); what workers read."""
+    cache, uri, tok = _text_cache(cfg, storage)
     if cache.build(uri, tok, cfg.seq_len)["samples"] < 1:
         raise DataError(f"--data {cfg.data!r} holds no text (or too little to fill one "
                         f"{cfg.seq_len + 1}-token sample); add text or lower --seq-len")
     return {"directory": cache.directory, "fingerprint": cache.fingerprint}
+
+
+def _check_resume(cfg: TrainConfig, storage: Storage) -> None:
+    """Before Ray starts: refuse to resume a run on other data, and say now how its saved
+    learning-rate schedule will continue."""
+    from training.checkpoint import STATE_FILE, CheckpointError, RunState, latest
+    from training.loop import start_state
+
+    ckpt = latest(storage.filesystem, f"{storage.path}/{cfg.name}", None)
+    if ckpt is None:
+        return
+    with storage.filesystem.open_input_stream(f"{ckpt.path}/{STATE_FILE}") as f:
+        saved = RunState(**json.loads(f.read()))
+    data_id = cfg.data if cfg.data in RANDOM_MODES else _text_cache(cfg, storage)[0].fingerprint
+    try:
+        notes = start_state(cfg, saved, data_id)[2]
+    except CheckpointError as e:
+        raise DataError(str(e)) from None
+    for note in notes:
+        print(f"WARNING: {note}", file=sys.stderr)
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: dict) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,9 +11,10 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from training import cli
+from training import checkpoint, cli
 from training.config import ConfigError, TrainConfig
 from training.engine import lr_at
+from training.schedule import Schedule
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -47,6 +49,8 @@ def test_rerun_resumes_continues_steps_schedule_and_first_loss_skipping_torn_sav
     second = run(tmp_path, "--steps", "8", *flags)
     assert second["resumed_from_step"] == 4 and second["steps"] == 8
     assert second["first_loss"] == first["first_loss"]  # the run's, not the second attempt's
+    kept = sorted(p.name for p in (tmp_path / "runs/qwen-fsdp").glob("checkpoint-step*"))
+    assert kept == [f"checkpoint-step000000{i}" for i in (5, 6, 8)]  # 2 kept; the torn one untouched
     rows = read_metrics(tmp_path)
     assert [int(r["step"]) for r in rows] == list(range(1, 9))
     # Past warmup, the first run ended its decay at step 4: the rerun continues from that rate
@@ -106,17 +110,33 @@ def test_checkpoints_to_s3_and_resumes_from_it(tmp_path, s3_server):
     (["--model", "qwen2.5-1.5b", "--seq-len", "2048", "--micro-batch-size", "64",
       "--memory-budget-gib", "22"], "GiB per GPU even with activation checkpointing"),
 ])
-def test_bad_input_fails_before_ray_starts(tmp_path, monkeypatch, flags, message):
-    import ray
-
-    def no_ray(*_args, **_kwargs):
-        raise AssertionError("Ray was started for input that is known bad beforehand")
-
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(cli, "init_ray", no_ray)
+def test_bad_input_fails_before_ray_starts(tmp_path, no_ray, flags, message):
     with pytest.raises(ValueError, match=message):
         run(tmp_path, *flags)
     assert not (tmp_path / "runs" / "qwen-fsdp").exists()
+
+
+def test_resuming_a_run_on_other_data_fails_before_ray_starts(tmp_path, no_ray):
+    saved = tmp_path / "runs/qwen-fsdp/checkpoint-step0000004"
+    saved.mkdir(parents=True)
+    (saved / "COMPLETE").write_text("")
+    state = checkpoint.RunState(step=4, samples_seen=32, data="random",
+                                schedule=Schedule(1e-3, 5, 30).to_dict())
+    (saved / checkpoint.STATE_FILE).write_text(json.dumps(dataclasses.asdict(state)))
+    with pytest.raises(ValueError, match="trained on other data.*or a new --name"):
+        run(tmp_path, "--data", "repeat")
+
+
+@pytest.fixture()
+def no_ray(monkeypatch):
+    """cli.run with Ray not started and not startable."""
+    import ray
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("Ray was started for input that is known bad beforehand")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(cli, "init_ray", refuse)
 
 
 def test_more_workers_than_the_cluster_has_is_refused(tmp_path):
