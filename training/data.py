@@ -14,6 +14,7 @@ any world size or micro-batch, covers every sample once per epoch, and tokenizes
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -57,15 +58,21 @@ def tokenize(texts, tokenizer_name: str) -> np.ndarray:
             ids.extend(str(text).encode())
             ids.append(BYTES_VOCAB - 1)
         return np.asarray(ids, dtype=np.int64)
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_name)
+    tok = _hf_tokenizer(tokenizer_name)
     eos = tok.eos_token_id if tok.eos_token_id is not None else 0
     ids = []
     for text in texts:
         ids.extend(tok(str(text), add_special_tokens=False)["input_ids"])
         ids.append(eos)
     return np.asarray(ids, dtype=np.int64)
+
+
+@functools.cache
+def _hf_tokenizer(name: str):
+    """Loaded once per Ray Data worker process, not once per batch."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
 
 
 def fingerprint(uri: str, tokenizer_name: str, seq_len: int) -> str:
