@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 
 import pulumi
@@ -9,10 +10,13 @@ import pulumi_kubernetes as k8s
 
 from stack import pulumi_config
 from infra import existing
+from infra.autoscaler import AutoscalerIdentity
 from infra.cluster import Cluster
 from infra.cost import hourly_cost
 from infra.network import Network, lookup_zones
 from infra.storage import CheckpointStorage
+from stack.catalog import KUBERNETES_RELEASES
+from workloads import helm_values
 from workloads.addons import Addons
 from workloads.code_bundle import bundle
 from stack.kube import NAMESPACE, SERVICE_ACCOUNT
@@ -25,34 +29,49 @@ def run() -> None:
     # Everything that can be wrong with the inputs fails here, before any resource exists.
     cfg = pulumi_config.load()
     code = bundle(REPO)
-    hf_token = pulumi.Config().get_secret("hfToken")
+    hf_token = pulumi_config.hf_token()
+    profile = pulumi.Config("aws").get("profile")  # the Kubernetes provider authenticates with it
 
     if cfg.existing_cluster_name:
-        cluster_name, kubeconfig = existing.lookup(cfg.existing_cluster_name, cfg.region)
-        node_groups: list[pulumi.Resource] = []
-        gpu_zone, node_group_names = None, {}
+        cluster_name, kubeconfig, user_kubeconfig = existing.lookup(cfg, profile)
+        addon_deps: list[pulumi.Resource] = []
+        gpu_zone, node_group_names, autoscaler_values = None, {}, None
     else:
         network = Network("net", cfg, lookup_zones(cfg))
-        cluster = Cluster("eks", cfg, network)
+        cluster = Cluster("eks", cfg, network, profile)
         cluster_name, kubeconfig = cluster.cluster_name, cluster.kubeconfig
-        node_groups = [cluster.system_nodes, cluster.gpu_nodes]
+        user_kubeconfig = cluster.user_kubeconfig
+        autoscaler = AutoscalerIdentity("autoscaler", cfg, cluster_name)
+        addon_deps = [cluster.system_nodes, cluster.gpu_nodes, autoscaler.association]
         gpu_zone = network.gpu_zone
         node_group_names = {"system": f"{cfg.name}-system", "gpu": f"{cfg.name}-gpu"}
+        autoscaler_values = helm_values.cluster_autoscaler(
+            cluster_name, cfg.region, KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler)
 
     provider = k8s.Provider("k8s", kubeconfig=kubeconfig, enable_server_side_apply=True)
+    crd_provider = None
+    if cfg.existing_cluster_name:
+        # KubeRay's CRDs may be there already: pulumi-kubernetes >= 4.29 creates with a plain POST
+        # and fails on AlreadyExists unless told to adopt (CHANGELOG 4.29.0). Only the CRDs:
+        # anything else of that name on a shared cluster is not ours to take over.
+        crd_provider = k8s.Provider("k8s-crds", kubeconfig=kubeconfig, enable_server_side_apply=True,
+                                    upsert_existing_objects=True)
     storage = CheckpointStorage("ckpt", cfg, cluster_name, NAMESPACE, SERVICE_ACCOUNT)
-    addons = Addons("addons", provider, depends_on=node_groups)
+    addons = Addons("addons", provider, depends_on=addon_deps,
+                    system_node_selector=dict(cfg.system_node_selector),
+                    autoscaler_values=autoscaler_values, crd_provider=crd_provider)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
                        opts=pulumi.ResourceOptions(depends_on=[storage]))
 
-    cost = hourly_cost(cfg)
+    cost = hourly_cost(cfg, date.today())
     pulumi.export("clusterName", cluster_name)
-    pulumi.export("kubeconfig", kubeconfig)
+    pulumi.export("kubeconfig", user_kubeconfig)
     pulumi.export("region", cfg.region)
     pulumi.export("gpuAvailabilityZone", gpu_zone)
     pulumi.export("nodeGroups", node_group_names)
-    pulumi.export("hourlyCostUsd", cost["hourlyCostUsd"])
+    pulumi.export("idleCostUsdPerHour", cost["idleUsdPerHour"])  # no job: no GPU node
+    pulumi.export("runCostUsdPerHour", cost["runUsdPerHour"])  # while a run holds its GPU nodes
     pulumi.export("hourlyCostBreakdown", cost["breakdown"])
     pulumi.export("checkpointStorage", storage.uri)
-    pulumi.export("rayCluster", cfg.name)
     pulumi.export("rayJob", ray.rayjob_name)
+    pulumi.export("rayHeadService", ray.head_service)

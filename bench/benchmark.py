@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from training.cli import add_config_flags
+from training.flags import add_config_flags
 from training.config import TrainConfig
 
 # The job settings the benchmark takes as flags; every variant starts from them.

@@ -8,131 +8,204 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from stack.config import StackConfig
+from infra.kubeconfig import kubeconfigs
 from infra.network import Network
-from stack.kube import GPU_LABELS, GPU_TAINT, SYSTEM_LABELS
 from infra.policies import CLUSTER_ADMIN_POLICY_ARN, NODE_POLICY_ARNS, assume_role
+from stack import catalog
+from stack.config import StackConfig
+from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
+
+# The system node runs the Ray head and the job submitter in the full Ray Train CUDA image (many
+# GiB unpacked): the EKS default of 20 GiB ends in failed pulls or DiskPressure evictions.
+SYSTEM_ROOT_VOLUME_GIB = 100
+# cluster-autoscaler reads extra allocatable resources of a node group at zero nodes from these
+# node-group tags (cloudprovider/aws aws_manager.go, through eks:DescribeNodegroup since 1.28): its
+# instance table knows GPUs but not EFA interfaces.
+NODE_TEMPLATE_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# `pulumi up` never fights the autoscaler over the GPU group's size (pulumi-eks does the same with
+# its `ignoreScalingChanges`, nodes/nodegroup.ts).
+AUTOSCALED_SIZE = "scalingConfig.desiredSize"
 
 
 class Cluster(pulumi.ComponentResource):
     """pulumi-eks cluster in API authentication mode, no default node group; node groups below.
     (EKS creates the node roles' access entries for managed node groups itself.)"""
 
-    def __init__(self, name: str, cfg: StackConfig, network: Network,
+    def __init__(self, name: str, cfg: StackConfig, network: Network, profile: str | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:Cluster", name, None, opts)
         self.cfg, self.name = cfg, name
-        self.system_role = self._create_node_role("system")
-        self.gpu_role = self._create_node_role("gpu")
-        self.eks = self._create_cluster(network)
+        self.system_role, system_policies = self._create_node_role("system")
+        self.gpu_role, gpu_policies = self._create_node_role("gpu")
+        self.eks = self._create_cluster(network, profile)
         # The created cluster as AWS reports it: its name (an output, so dependents wait for the
         # cluster) and the EKS-managed cluster security group, which allows all traffic to and
         # from itself (pulumi-eks's own cluster_security_group_id is another group).
         self.info = aws.eks.get_cluster_output(
             name=cfg.name, opts=pulumi.InvokeOutputOptions(depends_on=[self.eks]))
         self.cluster_name = self.info.name
+        release = catalog.KUBERNETES_RELEASES[cfg.kubernetes_version]
         # Pod Identity gives the Ray pods S3 access without node-wide credentials.
-        aws.eks.Addon(f"{name}-pod-identity", cluster_name=self.cluster_name,
-                      addon_name="eks-pod-identity-agent", opts=self._child())
-        self.system_nodes = self._create_system_nodes(network)
+        self._addon("eks-pod-identity-agent", release.pod_identity_agent)
+        self.system_nodes = self._create_system_nodes(network, system_policies)
         # CoreDNS needs somewhere to run: with no default node group, wait for the system nodes.
-        aws.eks.Addon(f"{name}-coredns", cluster_name=self.cluster_name, addon_name="coredns",
-                      opts=self._child(depends_on=[self.system_nodes]))
-        self.gpu_nodes = self._create_gpu_nodes(network)
-        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
+        self._addon("coredns", release.coredns, depends_on=[self.system_nodes])
+        self.gpu_nodes = self._create_gpu_nodes(network, gpu_policies)
+        self.kubeconfig, self.user_kubeconfig = kubeconfigs(
+            self.info.name, self.info.endpoint, self.info.certificate_authorities[0].data,
+            cfg.region, profile)
         self.register_outputs({"cluster_name": self.cluster_name})
 
     def _child(self, **kwargs) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, **kwargs)
 
-    def _create_node_role(self, kind: str) -> aws.iam.Role:
+    def _addon(self, addon: str, version: str, **kwargs) -> aws.eks.Addon:
+        """EKS bootstraps a self-managed CoreDNS; creating the managed add-on over it fails with
+        ConfigurationConflict unless EKS may overwrite it (pulumi-eks sets OVERWRITE on its own
+        add-ons for this reason, cluster/cluster.ts)."""
+        return aws.eks.Addon(f"{self.name}-{addon}", cluster_name=self.cluster_name,
+                             addon_name=addon, addon_version=version,
+                             resolve_conflicts_on_create="OVERWRITE",
+                             resolve_conflicts_on_update="OVERWRITE", opts=self._child(**kwargs))
+
+    def _create_node_role(self, kind: str) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
+        """The role and its policy attachments: node groups depend on the attachments, so
+        `pulumi destroy` detaches the policies only after the nodes have drained."""
         role = aws.iam.Role(f"{self.name}-{kind}-node",
                             assume_role_policy=json.dumps(assume_role("ec2.amazonaws.com")),
                             tags=dict(self.cfg.tags), opts=self._child())
-        for arn in NODE_POLICY_ARNS:
-            aws.iam.RolePolicyAttachment(f"{self.name}-{kind}-node-{arn.rsplit('/', 1)[1]}",
-                                         role=role.name, policy_arn=arn, opts=self._child())
-        return role
+        return role, [aws.iam.RolePolicyAttachment(
+            f"{self.name}-{kind}-node-{arn.rsplit('/', 1)[1]}", role=role.name, policy_arn=arn,
+            opts=self._child()) for arn in NODE_POLICY_ARNS]
 
-    def _create_cluster(self, network: Network) -> eks.Cluster:
+    def _create_cluster(self, network: Network, profile: str | None) -> eks.Cluster:
         cfg = self.cfg
-        access = {}
-        if cfg.admin_principal_arn:
-            access["admin"] = eks.AccessEntryArgs(
-                principal_arn=cfg.admin_principal_arn,
-                access_policies={"cluster-admin": eks.AccessPolicyAssociationArgs(
-                    policy_arn=CLUSTER_ADMIN_POLICY_ARN,
-                    access_scope={"type": "cluster"})})
+        deployer = deployer_principal_arn() if cfg.admin_principal_arn else None
+        if deployer and deployer == cfg.admin_principal_arn:
+            pulumi.log.info(f"adminPrincipalArn {deployer} runs this deployment: EKS already gave "
+                            "it cluster-admin as the cluster's creator; no second access entry")
         return eks.Cluster(
             f"{self.name}-cluster", name=cfg.name, version=cfg.kubernetes_version, vpc_id=network.vpc.id,
             public_subnet_ids=[s.id for s in network.public_subnets],
             private_subnet_ids=[s.id for s in network.private_subnets],
             node_associate_public_ip_address=False, skip_default_node_group=True,
-            authentication_mode=eks.AuthenticationMode.API, access_entries=access,
+            authentication_mode=eks.AuthenticationMode.API,
+            access_entries=admin_access_entries(cfg.admin_principal_arn, deployer),
             endpoint_private_access=True, endpoint_public_access=not cfg.api_private_only,
             public_access_cidrs=None if cfg.api_private_only else list(cfg.api_public_cidrs),
+            provider_credential_opts={"profile_name": profile} if profile else None,
             coredns_addon_options={"enabled": False}, tags=dict(cfg.tags), opts=self._child())
 
-    def _create_system_nodes(self, network: Network) -> eks.ManagedNodeGroup:
+    def _create_system_nodes(self, network: Network,
+                             policies: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+        """Node groups have fixed names (stack outputs, kubectl): a replacement (new instance
+        type, subnets) must delete the old group first, or EKS refuses the second one of that
+        name."""
         cfg = self.cfg
         n = cfg.system_node_count
-        return eks.ManagedNodeGroup(
-            f"{self.name}-system", cluster=self.eks, node_role_arn=self.system_role.arn,
-            node_group_name=f"{cfg.name}-system",
+        template = aws.ec2.LaunchTemplate(
+            f"{self.name}-system-lt", **node_launch_template_args(cfg, SYSTEM_ROOT_VOLUME_GIB),
+            opts=self._child())
+        return aws.eks.NodeGroup(
+            f"{self.name}-system", cluster_name=self.cluster_name, node_role_arn=self.system_role.arn,
+            node_group_name=f"{cfg.name}-system", version=cfg.kubernetes_version,
             instance_types=[cfg.system_instance_type], ami_type="AL2023_x86_64_STANDARD",
             scaling_config={"desired_size": n, "min_size": n, "max_size": n},
             subnet_ids=[s.id for s in network.private_subnets], labels=SYSTEM_LABELS,
-            tags=dict(cfg.tags), opts=self._child())
+            launch_template=_template_ref(template), tags=dict(cfg.tags),
+            opts=self._child(depends_on=policies, delete_before_replace=True))
 
-    def _create_gpu_nodes(self, network: Network) -> eks.ManagedNodeGroup:
-        """EFA node group in one zone: a hand-built launch template, a cluster placement group,
-        and the EKS-managed cluster security group, which allows all traffic to and from itself.
+    def _create_gpu_nodes(self, network: Network,
+                          policies: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+        """EFA node group in one zone, scaled from zero by cluster-autoscaler up to
+        `gpuNodeCount`: a hand-built launch template with the EKS-managed cluster security group
+        (all traffic to and from itself) and, without a reservation, a cluster placement group.
 
-        pulumi-eks's `enable_efa_support` does not fit here even without a reservation: it
-        refuses a user launch template, and the template it generates sets only the root volume's
-        size (no gp3, no encryption; nodes/nodegroup.ts in pulumi-eks). One template of ours
-        serves the plain, reserved and Capacity Block cases alike."""
+        Plain `aws.eks.NodeGroup`s: pulumi-eks's ManagedNodeGroup sets `version` only without a
+        launch template, so cluster upgrades would never roll these nodes (nodes/nodegroup.ts),
+        and its `enable_efa_support` refuses a user launch template."""
         cfg = self.cfg
-        n = cfg.gpu_node_count
-        placement = aws.ec2.PlacementGroup(f"{self.name}-gpu-pg", strategy="cluster",
-                                           tags=dict(cfg.tags), opts=self._child())
+        placement = None
+        if not cfg.reserved:  # a reservation made outside the group may not serve launches into it
+            placement = aws.ec2.PlacementGroup(f"{self.name}-gpu-pg", strategy="cluster",
+                                               tags=dict(cfg.tags), opts=self._child()).name
         template = aws.ec2.LaunchTemplate(
             f"{self.name}-gpu-lt", **gpu_launch_template_args(
-                cfg, placement.name, self.info.vpc_config.cluster_security_group_id),
+                cfg, placement, self.info.vpc_config.cluster_security_group_id),
             opts=self._child())
-        return eks.ManagedNodeGroup(
-            f"{self.name}-gpu", cluster=self.eks, node_role_arn=self.gpu_role.arn,
-            node_group_name=f"{cfg.name}-gpu",
-            instance_types=[cfg.gpu_instance_type], ami_type="AL2023_x86_64_NVIDIA",
+        return aws.eks.NodeGroup(
+            f"{self.name}-gpu", cluster_name=self.cluster_name, node_role_arn=self.gpu_role.arn,
+            node_group_name=f"{cfg.name}-gpu", version=cfg.kubernetes_version,
+            # A Capacity Block names its instance type in the launch template only (EKS user
+            # guide ml/capacity-blocks-mng); the node group must not list it again.
+            instance_types=None if cfg.capacity_block else [cfg.gpu_instance_type],
+            ami_type="AL2023_x86_64_NVIDIA",
             capacity_type="CAPACITY_BLOCK" if cfg.capacity_block else "ON_DEMAND",
-            # Paused at 0 nodes: max stays >= 1 (EKS requires it); min = desired = 0 costs nothing.
-            scaling_config={"desired_size": n, "min_size": n, "max_size": max(n, 1)},
-            subnet_ids=[network.gpu_subnet_id], labels=GPU_LABELS, taints=[GPU_TAINT],
-            launch_template={"id": template.id,
-                             "version": template.latest_version.apply(str)},
-            tags=dict(cfg.tags), opts=self._child())
+            # From zero: the autoscaler adds nodes for pending Ray worker pods. EKS requires
+            # max >= 1, so gpuNodeCount 0 keeps a cap of 1 that no pod asks for.
+            scaling_config={"desired_size": 0, "min_size": 0, "max_size": max(cfg.gpu_node_count, 1)},
+            subnet_ids=[network.gpu_subnet_id], labels=gpu_node_labels(cfg.gpu.accelerator),
+            taints=[GPU_TAINT], launch_template=_template_ref(template),
+            tags={**cfg.tags, **autoscaler_node_template_tags(cfg)},
+            opts=self._child(depends_on=policies, ignore_changes=[AUTOSCALED_SIZE],
+                             delete_before_replace=True))
 
 
-def gpu_launch_template_args(cfg: StackConfig, placement_group: pulumi.Input[str],
-                             security_group_id: pulumi.Input[str]) -> dict:
-    """Launch-template inputs for the EFA GPU nodes (pure: tested without Pulumi's engine)."""
-    args = {
-        "network_interfaces": [{
-            "device_index": 0, "network_card_index": 0, "interface_type": "efa",
-            "security_groups": [security_group_id], "delete_on_termination": "true"}],
-        "placement": {"group_name": placement_group},
+def _template_ref(template: aws.ec2.LaunchTemplate) -> dict:
+    return {"id": template.id, "version": template.latest_version.apply(str)}
+
+
+def deployer_principal_arn() -> str:
+    """The IAM role or user whose credentials run `pulumi up` (an assumed-role session maps to its
+    role, with its path, through iam:GetRole)."""
+    return aws.iam.get_session_context(arn=aws.get_caller_identity().arn).issuer_arn
+
+
+def admin_access_entries(admin_arn: str | None, deployer_arn: str | None) -> dict:
+    """pulumi-eks always creates the cluster with `bootstrapClusterCreatorAdminPermissions: true`
+    (cluster/cluster.ts), so the deployer already has a cluster-admin access entry; a second one
+    for the same principal fails with 409 ResourceInUseException (pulumi/pulumi-eks#2373)."""
+    if not admin_arn or admin_arn == deployer_arn:
+        return {}
+    return {"admin": eks.AccessEntryArgs(
+        principal_arn=admin_arn,
+        access_policies={"cluster-admin": eks.AccessPolicyAssociationArgs(
+            policy_arn=CLUSTER_ADMIN_POLICY_ARN, access_scope={"type": "cluster"})})}
+
+
+def autoscaler_node_template_tags(cfg: StackConfig) -> dict[str, str]:
+    """What cluster-autoscaler cannot know about a GPU node before one exists: its EFA devices."""
+    return {f"{NODE_TEMPLATE_RESOURCE_TAG}{EFA_RESOURCE}": str(cfg.gpu.efa_interfaces)}
+
+
+def node_launch_template_args(cfg: StackConfig, root_volume_gib: int) -> dict:
+    """What every node's launch template sets: IMDSv2 with hop limit 1, so pods cannot reach the
+    node role's credentials (they use Pod Identity, which needs no metadata service), and an
+    encrypted gp3 root volume."""
+    return {
         "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required",
-                             "http_put_response_hop_limit": 2},
+                             "http_put_response_hop_limit": 1},
         "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {
-            "volume_size": cfg.root_volume_gib, "volume_type": "gp3", "encrypted": "true",
+            "volume_size": root_volume_gib, "volume_type": "gp3", "encrypted": "true",
             "delete_on_termination": "true"}}],
         "tag_specifications": [{"resource_type": "instance", "tags": dict(cfg.tags)}],
     }
-    if cfg.capacity_reservation:
+
+
+def gpu_launch_template_args(cfg: StackConfig, placement_group: pulumi.Input[str] | None,
+                             security_group_id: pulumi.Input[str]) -> dict:
+    """Launch-template inputs for the EFA GPU nodes (pure: tested without Pulumi's engine)."""
+    args = node_launch_template_args(cfg, cfg.root_volume_gib)
+    args["network_interfaces"] = [{
+        "device_index": 0, "network_card_index": 0, "interface_type": "efa",
+        "security_groups": [security_group_id], "delete_on_termination": "true"}]
+    if placement_group is not None:
+        args["placement"] = {"group_name": placement_group}
+    if cfg.reserved:
         args["capacity_reservation_specification"] = {"capacity_reservation_target": {
-            "capacity_reservation_id": cfg.capacity_reservation.id}}
+            "capacity_reservation_id": cfg.reserved.id}}
     if cfg.capacity_block:
         args["instance_market_options"] = {"market_type": "capacity-block"}
-        args["capacity_reservation_specification"] = {"capacity_reservation_target": {
-            "capacity_reservation_id": cfg.capacity_block.id}}
+        args["instance_type"] = cfg.gpu_instance_type
     return args

@@ -1,27 +1,82 @@
-"""Target an existing EKS cluster: only add-ons and Ray workloads are deployed onto it."""
+"""Target an existing EKS cluster: only add-ons and Ray workloads are deployed onto it, after
+checking that it has what they need."""
 
 from __future__ import annotations
 
-import json
+from typing import Mapping, Sequence
 
 import pulumi
 import pulumi_aws as aws
 
+from infra.kubeconfig import kubeconfigs
+from stack.config import StackConfig
+from stack.kube import GPU_LABELS, GPU_TAINT
+from training.config import InputError
 
-def kubeconfig(name: str, endpoint: str, ca_data: str, region: str) -> str:
-    """A kubeconfig that authenticates with `aws eks get-token` (the caller's AWS credentials)."""
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": name,
-        "clusters": [{"name": name, "cluster": {"server": endpoint,
-                                                "certificate-authority-data": ca_data}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
-        "users": [{"name": name, "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
-            "args": ["eks", "get-token", "--cluster-name", name, "--region", region]}}}],
-    })
+POD_IDENTITY_ADDON = "eks-pod-identity-agent"
 
 
-def lookup(name: str, region: str) -> tuple[str, pulumi.Output[str]]:
+class ExistingClusterError(InputError):
+    """The existing cluster lacks what the add-ons and Ray pods need; every gap, with its fix."""
+
+
+def lookup(cfg: StackConfig, profile: str | None
+           ) -> tuple[str, pulumi.Output[str], pulumi.Output[str]]:
+    """(cluster name, kubeconfig for the Kubernetes provider, kubeconfig to export), once the
+    cluster passed `missing`; raises ExistingClusterError before any resource is declared."""
+    name = cfg.existing_cluster_name
     cluster = aws.eks.get_cluster(name=name)
-    return cluster.name, pulumi.Output.secret(
-        kubeconfig(cluster.name, cluster.endpoint, cluster.certificate_authorities[0].data, region))
+    groups = {g: aws.eks.get_node_group(cluster_name=name, node_group_name=g)
+              for g in aws.eks.get_node_groups(cluster_name=name).names}
+    problems = missing(cfg, {g: (ng.labels or {}, [(t.key, t.effect) for t in ng.taints or []])
+                             for g, ng in groups.items()}, _has_addon(name, POD_IDENTITY_ADDON))
+    if problems:
+        raise ExistingClusterError(f"existingClusterName: {name} is not ready for this stack:\n"
+                                   + "\n".join(f"  - {p}" for p in problems))
+    return (cluster.name, *kubeconfigs(cluster.name, cluster.endpoint,
+                                       cluster.certificate_authorities[0].data, cfg.region, profile))
+
+
+def _has_addon(cluster: str, addon: str) -> bool:
+    """DescribeAddon answers ResourceNotFoundException for an add-on the cluster lacks, which the
+    aws provider reports as "reading EKS Add-On (cluster:addon): couldn't find resource"
+    (terraform-provider-aws findAddonByTwoPartKey returns a retry.NotFoundError)."""
+    try:
+        aws.eks.get_addon(cluster_name=cluster, addon_name=addon)
+    except Exception as error:  # a failed invoke raises a plain Exception with the provider's text
+        if "couldn't find resource" in str(error) or "ResourceNotFoundException" in str(error):
+            return False
+        raise
+    return True
+
+
+def missing(cfg: StackConfig,
+            groups: Mapping[str, tuple[Mapping[str, str], Sequence[tuple[str, str]]]],
+            has_pod_identity: bool) -> list[str]:
+    """What the cluster lacks: a node group labelled for the KubeRay operator and Ray head, a GPU
+    node group with the labels the pods and device plugins select and the GPU taint the worker
+    pods tolerate (keeping other pods off the GPUs), and the Pod Identity agent (S3 access).
+    `groups`: node group name -> (labels, [(taint key, effect)])."""
+    def labelled(selector: Mapping[str, str]) -> list[str]:
+        return [g for g, (labels, _) in groups.items()
+                if all(labels.get(k) == v for k, v in selector.items())]
+
+    problems = []
+    if not labelled(cfg.system_node_selector):
+        problems.append(f"no node group is labelled {dict(cfg.system_node_selector)} (KubeRay operator, "
+                        "Ray head): label one, or set systemNodeSelector to its labels")
+    gpu_selector = {**cfg.gpu_node_selector, **{k: v for k, v in GPU_LABELS.items() if k != "role"}}
+    gpu_groups = labelled(gpu_selector)
+    if not gpu_groups:
+        problems.append(f"no node group is labelled {gpu_selector} (Ray workers, NVIDIA and EFA device "
+                        "plugins): label the GPU node group, or set gpuNodeSelector to its labels")
+    taint = (GPU_TAINT["key"], GPU_TAINT["effect"])
+    for g in gpu_groups:
+        if taint not in groups[g][1]:
+            problems.append(f"node group {g} lacks the taint {GPU_TAINT['key']}={GPU_TAINT['value']}:"
+                            f"NoSchedule that keeps other pods off its GPUs: add it")
+    if not has_pod_identity:
+        problems.append(f"the {POD_IDENTITY_ADDON} add-on is missing (Ray pods reach S3 through Pod "
+                        f"Identity): aws eks create-addon --cluster-name {cfg.existing_cluster_name} "
+                        f"--addon-name {POD_IDENTITY_ADDON}")
+    return problems

@@ -6,18 +6,21 @@ import pulumi
 import pulumi_aws as aws
 
 from stack.config import StackConfig
-from infra.zones import choose_zones, subnet_cidrs
+from infra.zones import REGULAR_ZONES_FILTER, choose_zones, subnet_cidrs
 
 
 def lookup_zones(cfg: StackConfig) -> list[str]:
     """The two zones, GPU zone first, from what this Region offers; raises NetworkError. Called
     before any resource is declared, so a Region without the GPU type builds nothing."""
-    offering = aws.ec2.get_instance_type_offerings(
-        location_type="availability-zone",
-        filters=[{"name": "instance-type", "values": [cfg.gpu_instance_type]}])
-    available = aws.get_availability_zones(state="available").names
-    return choose_zones(cfg.gpu_availability_zone, list(offering.locations), list(available),
-                        cfg.gpu_instance_type)
+    def offering(instance_type: str) -> list[str]:
+        return list(aws.ec2.get_instance_type_offerings(
+            location_type="availability-zone",
+            filters=[{"name": "instance-type", "values": [instance_type]}]).locations)
+
+    zones = aws.get_availability_zones(state="available", filters=[REGULAR_ZONES_FILTER])
+    return choose_zones(cfg.gpu_availability_zone, dict(zip(zones.names, zones.zone_ids)),
+                        offering(cfg.gpu_instance_type), offering(cfg.system_instance_type),
+                        cfg.gpu_instance_type, cfg.system_instance_type)
 
 
 class Network(pulumi.ComponentResource):
@@ -39,7 +42,7 @@ class Network(pulumi.ComponentResource):
         self.private_subnets = [self._subnet(name, "private", i, zone, cidrs[len(self.zones) + i],
                                              tags, {"kubernetes.io/role/internal-elb": "1"})
                                 for i, zone in enumerate(self.zones)]
-        self._create_routes(name, tags)
+        self._create_routes(name, cfg.region, tags)
         self.gpu_subnet_id = self.private_subnets[0].id
         self.register_outputs({"vpc_id": self.vpc.id, "gpu_zone": self.gpu_zone})
 
@@ -51,7 +54,7 @@ class Network(pulumi.ComponentResource):
                                                              "Name": f"{name}-{kind}-{zone}"},
             opts=pulumi.ResourceOptions(parent=self))
 
-    def _create_routes(self, name: str, tags: dict) -> None:
+    def _create_routes(self, name: str, region: str, tags: dict) -> None:
         child = pulumi.ResourceOptions(parent=self)
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child)
         public_rt = aws.ec2.RouteTable(f"{name}-public-rt", vpc_id=self.vpc.id, tags=tags, routes=[
@@ -68,3 +71,9 @@ class Network(pulumi.ComponentResource):
             for i, subnet in enumerate(subnets):
                 aws.ec2.RouteTableAssociation(f"{name}-{kind}-rt-{i}", subnet_id=subnet.id,
                                               route_table_id=table.id, opts=child)
+        # Checkpoints and image layers (ECR serves layers from S3) reach S3 without the NAT
+        # gateway: no per-GB NAT processing charge and no NAT throughput ceiling. A gateway
+        # endpoint itself costs nothing.
+        aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{region}.s3",
+                            vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id], tags=tags,
+                            opts=child)

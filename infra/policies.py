@@ -31,3 +31,20 @@ def bucket_access(bucket_arn: str) -> dict:
                                        "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
          "Resource": f"{bucket_arn}/*"},
     ]}
+
+
+def cluster_autoscaler() -> dict:
+    """Exactly the "Full Cluster Autoscaler Features Policy" of kubernetes/autoscaler
+    cloudprovider/aws/README.md: auto-discovery, instance types from EC2, and eks:DescribeNodegroup
+    for the labels, taints and resource tags of a managed node group at zero nodes."""
+    return {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": [
+            "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
+            "autoscaling:DescribeLaunchConfigurations", "autoscaling:DescribeScalingActivities",
+            "ec2:DescribeImages", "ec2:DescribeInstanceTypes",
+            "ec2:DescribeLaunchTemplateVersions", "ec2:GetInstanceTypesFromInstanceRequirements",
+            "eks:DescribeNodegroup"], "Resource": ["*"]},
+        {"Effect": "Allow", "Action": [
+            "autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
+         "Resource": ["*"]},
+    ]}

@@ -19,8 +19,11 @@ class CheckpointStorage(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:CheckpointStorage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.bucket = aws.s3.Bucket(f"{name}-checkpoints", force_destroy=cfg.force_destroy_bucket,
-                                    tags=dict(cfg.tags), opts=child)
+        # Without forceDestroyBucket, `pulumi destroy` keeps the bucket and its checkpoints (it
+        # leaves the stack's state, not the account) instead of failing on a non-empty bucket.
+        self.bucket = aws.s3.Bucket(
+            f"{name}-checkpoints", force_destroy=cfg.force_destroy_bucket, tags=dict(cfg.tags),
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not cfg.force_destroy_bucket))
         aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-checkpoints-sse", bucket=self.bucket.id,
             rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "aws:kms"},

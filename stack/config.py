@@ -3,22 +3,40 @@
 `parse` is pure (a mapping of raw config strings in, `StackConfig` out) and collects every problem,
 each naming its config key and the fix, so `pulumi up` fails once with the whole list instead of
 one problem per attempt. `stack.pulumi_config.load` feeds it under `pulumi up`.
+
+The stack's defaults live in one place, the `config:` block of Pulumi.yaml: the Pulumi CLI merges
+them into every stack before the program runs (pulumi/pulumi pkg/workspace/config.go,
+mergeConfig), and `parse` merges the same file the same way, so tests and deployments read one
+copy. An empty value there means "the pinned value from stack/catalog.py" (image, versions) or
+"unset". The `training` object holds the job's own settings, its keys the training CLI's flags in
+camelCase, validated by the job's own config class (training/config.py); what a stack leaves out
+takes JOB_DEFAULTS below (only where the cluster wants other values than a laptop's), then the
+job's own defaults (TrainConfig).
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import yaml
+
 from stack import catalog
-from stack.kube import EKS_NAME_MAX, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX
-from training.config import InputError
+from stack.kube import (EKS_NAME_MAX, GPU_LABELS, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
+                        RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
+from training.config import ConfigError as JobConfigError
+from training.config import InputError, TrainConfig, closest, from_settings
+
+PULUMI_YAML = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 MAX_GPU_NODES = 64
 MAX_SYSTEM_NODES = 10
 MIN_ROOT_VOLUME_GIB = 200
+MIN_JOB_DEADLINE_S = RUN_START_BUDGET_S + 600  # at least 10 minutes of training after the start
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _IMAGE = re.compile(r"^[\w.\-/:]+(:[\w][\w.\-]{0,127}|@sha256:[0-9a-f]{64})$")
@@ -26,6 +44,22 @@ _PRINCIPAL = re.compile(r"^arn:aws[\w-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d)[a-z]$")
 _K8S_VERSION = re.compile(r"^1\.\d{2}$")
+
+# The job's settings on the cluster, under the stack's `training` object: what a stack trains
+# unless it says otherwise (the job's own defaults, in TrainConfig, are a laptop's).
+JOB_DEFAULTS: dict[str, Any] = {
+    "model": "Qwen/Qwen2.5-1.5B", "steps": 100, "seqLen": 2048, "lr": 1e-4, "checkpointEvery": 50,
+    "maxFailures": 2,  # a lost worker (node, spot, NCCL timeout) restarts from the last checkpoint
+}
+# Job settings the RayJob builder sets from the stack, never the `training` object.
+SET_BY_THE_STACK = {
+    "num_workers": "the stack runs one worker per GPU (gpuNodeCount x the GPUs of gpuInstanceType)",
+    "use_gpu": "workers always use their GPU on the cluster",
+    "storage_path": "checkpoints go to the stack's bucket (output checkpointStorage)",
+    "name": "the run name follows clusterName, model, data and sequence length",
+    "expect_transport": "set strictEfa; multi-node runs always expect EFA",
+    "address": "the job joins its own Ray cluster",
+}
 
 
 class ConfigError(InputError):
@@ -45,43 +79,38 @@ class Reservation:
 
 
 @dataclass(frozen=True)
-class TrainingSettings:
-    model: str = "Qwen/Qwen2.5-1.5B"
-    steps: int = 100
-    seq_len: int = 2048
-    micro_batch_size: int = 1
-    lr: float = 1e-4
-    data: str = "random"
-    checkpoint_every: int = 50
-    extra_pip: tuple[str, ...] = ()
-    deadline_seconds: int = 4 * 3600
-
-
-@dataclass(frozen=True)
 class StackConfig:
+    """The validated stack. No defaults here: they come from Pulumi.yaml (see the module doc)."""
+
     name: str
     region: str
-    kubernetes_version: str = catalog.KUBERNETES_VERSION
-    vpc_cidr: str = "10.0.0.0/16"
-    system_instance_type: str = "m7i.xlarge"
-    system_node_count: int = 1
-    gpu_instance_type: str = "g6.12xlarge"
-    gpu_node_count: int = 2
-    gpu_availability_zone: str | None = None
-    capacity_reservation: Reservation | None = None
-    capacity_block: Reservation | None = None
-    image: str = catalog.RAY_IMAGE
-    ray_version: str = catalog.RAY_VERSION
-    tags: Mapping[str, str] = field(default_factory=dict)
-    admin_principal_arn: str | None = None
-    api_public_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
-    api_private_only: bool = False
-    root_volume_gib: int = MIN_ROOT_VOLUME_GIB
-    existing_cluster_name: str | None = None
-    run_job: bool = True
-    strict_efa: bool = False
-    force_destroy_bucket: bool = False
-    training: TrainingSettings = field(default_factory=TrainingSettings)
+    kubernetes_version: str
+    vpc_cidr: str
+    system_instance_type: str
+    system_node_count: int
+    gpu_instance_type: str
+    gpu_node_count: int
+    gpu_availability_zone: str | None
+    capacity_reservation: Reservation | None
+    capacity_block: Reservation | None
+    image: str
+    ray_version: str
+    tags: Mapping[str, str]
+    admin_principal_arn: str | None
+    api_public_cidrs: tuple[str, ...]
+    api_private_only: bool
+    root_volume_gib: int
+    existing_cluster_name: str | None
+    # Where the pods go: this stack's own node groups carry the defaults (stack/kube.py); on an
+    # existing cluster, the labels its node groups carry.
+    system_node_selector: Mapping[str, str]
+    gpu_node_selector: Mapping[str, str]
+    run_job: bool
+    strict_efa: bool
+    force_destroy_bucket: bool
+    training: TrainConfig
+    extra_pip: tuple[str, ...]
+    job_deadline_seconds: int
 
     @property
     def gpu(self) -> catalog.InstanceFacts:
@@ -92,15 +121,12 @@ class StackConfig:
         return catalog.INSTANCES[self.system_instance_type]
 
     @property
-    def paused(self) -> bool:
-        return self.gpu_node_count == 0
-
-    @property
     def num_workers(self) -> int:
         return self.gpu_node_count * self.gpu.gpus
 
     @property
     def reserved(self) -> Reservation | None:
+        """The reservation the GPU nodes launch into, of either kind."""
         return self.capacity_reservation or self.capacity_block
 
 
@@ -142,49 +168,79 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "apiPrivateOnly": (_bool, "api_private_only"),
     "rootVolumeGib": (_int, "root_volume_gib"),
     "existingClusterName": (_str, "existing_cluster_name"),
+    "systemNodeSelector": (_json, "system_node_selector"),
+    "gpuNodeSelector": (_json, "gpu_node_selector"),
     "runJob": (_bool, "run_job"),
     "strictEfa": (_bool, "strict_efa"),
     "forceDestroyBucket": (_bool, "force_destroy_bucket"),
     "training": (_json, "training"),
+    "extraPip": (_json, "extra_pip"),
+    "jobDeadlineSeconds": (_int, "job_deadline_seconds"),
 }
-
 SECRET_KEYS = ("hfToken",)  # read by the program as a secret Output, never into StackConfig
+# Empty ("" or {}) in Pulumi.yaml: the pinned value from the catalog, or this stack's own labels.
+PINNED = {"kubernetesVersion": catalog.KUBERNETES_VERSION, "image": catalog.RAY_IMAGE,
+          "rayVersion": catalog.RAY_VERSION, "systemNodeSelector": SYSTEM_LABELS,
+          "gpuNodeSelector": {"role": GPU_LABELS["role"]}}
+# Empty ("" or {}) in Pulumi.yaml: unset.
+OPTIONAL = ("gpuAvailabilityZone", "capacityReservation", "capacityBlock", "adminPrincipalArn",
+            "existingClusterName")
 
-TRAINING_KEYS = {"model": str, "steps": int, "seqLen": int, "microBatchSize": int, "lr": float,
-                 "data": str, "checkpointEvery": int, "extraPip": list, "deadlineSeconds": int}
+
+def as_config_string(value: Any) -> str:
+    """A YAML value as Pulumi hands it to the program: objects and arrays as JSON, booleans
+    lowercase, everything else as its text (pkg/workspace/config.go, createConfigValue)."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@functools.cache
+def declared() -> dict[str, str]:
+    """Pulumi.yaml's declared keys and their defaults, as the program receives them."""
+    config = yaml.safe_load(PULUMI_YAML.read_text())["config"]
+    return {key: as_config_string(spec["default"]) for key, spec in config.items()}
 
 
 def parse(raw: Mapping[str, Any], region: str, default_name: str = "ray-train") -> StackConfig:
-    """Typed, validated config from raw values (strings as Pulumi stores them); raises ConfigError."""
+    """Typed, validated config from raw values (strings as Pulumi stores them, Pulumi.yaml's
+    defaults merged under them as the CLI does); raises ConfigError."""
     problems: list[str] = []
-    values: dict[str, Any] = {"name": default_name, "region": region}
+    known = [*FIELDS, *SECRET_KEYS]
     for key in raw:
-        if key not in FIELDS and key not in SECRET_KEYS:
-            problems.append(f"{key}: unknown key; known keys are {', '.join(sorted(FIELDS))}")
+        if key not in known:
+            problems.append(f"{key}: unknown key{closest(key, known)}; known keys are "
+                            f"{', '.join(sorted(known))}")
+    merged = {**declared(), **raw}
+    values: dict[str, Any] = {"region": region}
     for key, (parse_value, attr) in FIELDS.items():
-        if raw.get(key) in (None, ""):
+        text = merged.get(key)
+        if text in ("", None) or (text == "{}" and key in (*OPTIONAL, *PINNED)):
+            values[attr] = PINNED.get(key, default_name if key == "clusterName" else None)
+            if text is None:
+                problems.append(f"{key}: no value and no default; declare one in Pulumi.yaml")
+            elif key not in (*PINNED, *OPTIONAL, "clusterName"):
+                problems.append(f"{key}: empty; set a value (Pulumi.yaml has the default)")
             continue
         try:
-            values[attr] = parse_value(raw[key])
+            values[attr] = parse_value(text)
         except (ValueError, TypeError) as e:
-            problems.append(f"{key}: cannot read {raw[key]!r} ({e})")
+            problems.append(f"{key}: cannot read {text!r} ({e})")
     for key, attr in (("capacityReservation", "capacity_reservation"),
                       ("capacityBlock", "capacity_block")):
-        if attr in values:
+        if values.get(attr) is not None:
             values[attr] = _reservation(key, values[attr], problems)
-    if "training" in values:
-        values["training"] = _training(values["training"], problems)
-    for key, attr in (("apiPublicCidrs", "api_public_cidrs"),):
-        if attr in values:
-            if not isinstance(values[attr], list):
-                problems.append(f"{key}: expected a list of CIDRs, e.g. [\"203.0.113.0/24\"]")
-                values.pop(attr)
-            else:
-                values[attr] = tuple(values[attr])
-    if "tags" in values and not (isinstance(values["tags"], dict)
-                                 and all(isinstance(v, str) for v in values["tags"].values())):
+    values["training"] = _training(values.get("training") or {}, problems)
+    for key, attr, example in (("apiPublicCidrs", "api_public_cidrs", '["203.0.113.0/24"]'),
+                               ("extraPip", "extra_pip", '["datasets==4.4.1"]')):
+        value = values.get(attr)
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            problems.append(f"{key}: expected a list of strings, e.g. {example}")
+        values[attr] = tuple(value) if isinstance(value, list) else ()
+    if not (isinstance(values.get("tags"), dict)
+            and all(isinstance(v, str) for v in values["tags"].values())):
         problems.append("tags: expected a mapping of strings, e.g. {\"team\": \"ml\"}")
-        values.pop("tags")
+        values["tags"] = {}
     if problems:  # types are wrong: semantic checks would only repeat them
         raise ConfigError(problems)
     cfg = StackConfig(**values)
@@ -198,26 +254,24 @@ def _reservation(key: str, value: Any, problems: list[str]) -> Reservation | Non
     if not isinstance(value, dict) or set(value) != {"id", "instanceCount"}:
         problems.append(f"{key}: expected {{\"id\": \"cr-...\", \"instanceCount\": N}}")
         return None
-    return Reservation(id=str(value["id"]), instance_count=int(value["instanceCount"]))
-
-
-def _training(value: Any, problems: list[str]) -> TrainingSettings | None:
-    if not isinstance(value, dict):
-        problems.append("training: expected an object, e.g. {\"steps\": 100}")
+    count = value["instanceCount"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        problems.append(f"{key}.instanceCount: expected a whole number of at least 1, got {count!r}")
         return None
-    kwargs = {}
-    for k, v in value.items():
-        if k not in TRAINING_KEYS:
-            problems.append(f"training.{k}: unknown key; known: {', '.join(TRAINING_KEYS)}")
-            continue
-        want = TRAINING_KEYS[k]
-        ok = isinstance(v, want) or (want is float and isinstance(v, int))
-        if not ok or (want is int and isinstance(v, bool)):
-            problems.append(f"training.{k}: expected {want.__name__}, got {v!r}")
-            continue
-        attr = re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower()
-        kwargs[attr] = tuple(v) if want is list else v
-    return TrainingSettings(**kwargs)
+    return Reservation(id=str(value["id"]), instance_count=count)
+
+
+def _training(value: Any, problems: list[str]) -> TrainConfig | None:
+    """The job's settings: JOB_DEFAULTS under the stack's own, checked by TrainConfig itself."""
+    if not isinstance(value, dict):
+        problems.append("training: expected an object of the job's settings, e.g. {\"steps\": 100}")
+        return None
+    try:
+        return from_settings({**JOB_DEFAULTS, **value}, prefix="training.",
+                             owned_elsewhere=SET_BY_THE_STACK)
+    except JobConfigError as e:
+        problems.extend(e.problems)
+        return None
 
 
 def validate(cfg: StackConfig) -> list[str]:
@@ -237,6 +291,10 @@ def validate(cfg: StackConfig) -> list[str]:
                      f"use at most {limit - suffix} characters")
     if not _K8S_VERSION.match(cfg.kubernetes_version):
         p.append(f"kubernetesVersion: {cfg.kubernetes_version!r} is not a version like \"1.34\"")
+    elif cfg.kubernetes_version not in catalog.KUBERNETES_RELEASES:
+        p.append(f"kubernetesVersion: {cfg.kubernetes_version} has no add-on and cluster-autoscaler "
+                 f"versions in stack/catalog.py KUBERNETES_RELEASES (known: "
+                 f"{', '.join(catalog.KUBERNETES_RELEASES)}); add them or use a known version")
     p += _check_cidr("vpcCidr", cfg.vpc_cidr, min_prefix=16, max_prefix=20)
     for cidr in cfg.api_public_cidrs:
         p += _check_cidr("apiPublicCidrs", cidr)
@@ -249,13 +307,13 @@ def validate(cfg: StackConfig) -> list[str]:
     facts = catalog.INSTANCES.get(cfg.gpu_instance_type)
     if facts is None:
         p.append(f"gpuInstanceType: unknown {cfg.gpu_instance_type!r}; use one of {gpu_choices} "
-                 "(or add it to infra/catalog.py INSTANCES)")
+                 "(or add it to stack/catalog.py INSTANCES)")
     elif not facts.gpus or not facts.efa_interfaces:
         p.append(f"gpuInstanceType: {cfg.gpu_instance_type!r} has no "
                  f"{'GPU' if not facts.gpus else 'EFA support'}; use one of {gpu_choices}")
     if not 0 <= cfg.gpu_node_count <= MAX_GPU_NODES:
         p.append(f"gpuNodeCount: {cfg.gpu_node_count} is out of range 0..{MAX_GPU_NODES} "
-                 "(0 pauses GPU spend)")
+                 "(the GPU nodes of one run; 0 deploys none)")
     if not 1 <= cfg.system_node_count <= MAX_SYSTEM_NODES:
         p.append(f"systemNodeCount: {cfg.system_node_count} is out of range 1..{MAX_SYSTEM_NODES} "
                  "(the KubeRay operator and Ray head need one)")
@@ -271,6 +329,16 @@ def validate(cfg: StackConfig) -> list[str]:
     if cfg.capacity_reservation and cfg.capacity_block:
         p.append("capacityReservation and capacityBlock: both set; a node group uses one or the "
                  "other, remove one")
+    if cfg.reserved and not cfg.gpu_availability_zone:
+        p.append("gpuAvailabilityZone: required with a capacityReservation or capacityBlock: the "
+                 "reservation lives in one zone and its instances launch only there; set it to "
+                 f"that zone (aws ec2 describe-capacity-reservations --capacity-reservation-ids "
+                 f"{cfg.reserved.id} --query 'CapacityReservations[0].AvailabilityZone')")
+    if cfg.capacity_block and facts is not None and not facts.capacity_blocks:
+        p.append(f"capacityBlock: {cfg.gpu_instance_type} is not known to be sold as EC2 Capacity "
+                 f"Blocks (known: {', '.join(k for k, v in catalog.INSTANCES.items() if v.capacity_blocks)}); "
+                 "use capacityReservation for an on-demand reservation, or mark the type "
+                 "capacity_blocks=True in stack/catalog.py INSTANCES if EC2 now sells it so")
     for key, res in (("capacityReservation", cfg.capacity_reservation),
                      ("capacityBlock", cfg.capacity_block)):
         if res is None:
@@ -287,15 +355,20 @@ def validate(cfg: StackConfig) -> list[str]:
                  "(arn:aws:iam::123456789012:role/NAME)")
     if cfg.existing_cluster_name and not _DNS_LABEL.match(cfg.existing_cluster_name.lower()):
         p.append(f"existingClusterName: {cfg.existing_cluster_name!r} is not an EKS cluster name")
-    t = cfg.training
-    for key, value, low in (("steps", t.steps, 1), ("seqLen", t.seq_len, 1),
-                            ("microBatchSize", t.micro_batch_size, 1),
-                            ("checkpointEvery", t.checkpoint_every, 0),
-                            ("deadlineSeconds", t.deadline_seconds, 60)):
-        if value < low:
-            p.append(f"training.{key}: {value} must be at least {low}")
-    if not t.lr > 0:
-        p.append(f"training.lr: {t.lr} must be positive")
+    if cfg.job_deadline_seconds < MIN_JOB_DEADLINE_S:
+        p.append(f"jobDeadlineSeconds: {cfg.job_deadline_seconds} is below {MIN_JOB_DEADLINE_S}: "
+                 f"the deadline counts from the RayJob's start, so it covers node boot and image "
+                 f"pull ({RUN_START_BUDGET_S} s allowed) as well as training")
+    for key, selector, default in (
+            ("systemNodeSelector", cfg.system_node_selector, PINNED["systemNodeSelector"]),
+            ("gpuNodeSelector", cfg.gpu_node_selector, PINNED["gpuNodeSelector"])):
+        if not (isinstance(selector, dict) and selector
+                and all(isinstance(v, str) for v in selector.values())):
+            p.append(f"{key}: expected a non-empty mapping of label to value, e.g. "
+                     f"{json.dumps(default)}")
+        elif selector != default and not cfg.existing_cluster_name:
+            p.append(f"{key}: only with existingClusterName; this stack's own node groups carry "
+                     f"{json.dumps(default)}: remove {key}")
     return p
 
 

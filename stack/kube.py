@@ -7,16 +7,37 @@ SERVICE_ACCOUNT = "ray-train"  # head and workers; Pod Identity maps it to the b
 HF_TOKEN_SECRET = "hf-token"
 CODE_CONFIGMAP = "training-code"
 CODE_MOUNT = "/home/ray/code"  # in the submitter pod; `ray job submit` uploads it as working_dir
+# cluster-autoscaler's service account: its Helm release names it, its Pod Identity role maps it.
+AUTOSCALER_NAMESPACE = "kube-system"
+AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 
 # Node labels and the GPU taint: set on the node groups, selected and tolerated by the pods.
 SYSTEM_LABELS = {"role": "system"}
 GPU_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
               "vpc.amazonaws.com/efa.present": "true"}
+# cluster-autoscaler treats a node with this label as a GPU node and waits for its GPUs to appear
+# instead of scaling up again while the device plugin starts (cloudprovider/aws GPULabel). The value
+# is the GPU's name from the instance table (`InstanceFacts.accelerator`), e.g. "nvidia-l4".
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+
+
+def gpu_node_labels(accelerator: str) -> dict[str, str]:
+    """Every label of a GPU node: the shared ones plus the accelerator name."""
+    return {**GPU_LABELS, ACCELERATOR_LABEL: accelerator}
+
 
 # Object names derived from clusterName, and their limits (KubeRay: RayCluster <= 53, RayJob <= 47).
 EKS_NAME_MAX = 100
 RAYCLUSTER_NAME_MAX = 53
 RAYJOB_NAME_MAX = 47
 JOB_HASH_LEN = 10  # RayJob name = f"{clusterName}-{hash}"
+
+# How long a run may take from the RayJob's start to the job's submission (KubeRay counts
+# preRunningDeadlineSeconds while the run's cluster is not Ready, i.e. until every pod runs:
+# rayjob_controller.go checkPreRunningDeadline). Budgets, not measurements, for scale-from-zero:
+# cluster-autoscaler reacts and EC2 boots a GPU node that joins and starts its device plugins,
+# then each node pulls the multi-GiB Ray Train CUDA image.
+NODE_BOOT_S, IMAGE_PULL_S = 600, 900
+RUN_START_BUDGET_S = NODE_BOOT_S + IMAGE_PULL_S

@@ -4,6 +4,8 @@ the deployment instead of being ignored."""
 
 from __future__ import annotations
 
+import re
+
 import pulumi
 from pulumi.runtime import config as runtime_config
 
@@ -13,13 +15,28 @@ from stack.kube import JOB_HASH_LEN, RAYJOB_NAME_MAX
 
 def raw_project_config() -> dict[str, str]:
     """Every `<project>:<key>` value the engine passed in (Pulumi.yaml defaults merged in by the
-    CLI), keyed by `<key>`; secrets stay out (they are read where they are used)."""
+    CLI), keyed by `<key>`. The Python language host hands the program the whole stack config as
+    PULUMI_CONFIG and the exec shim loads it with set_all_config (pulumi/pulumi
+    sdk/python/cmd/pulumi-language-python/main.go, pulumi-language-python-exec), so reading the
+    runtime's config map sees every key, known or not."""
     prefix = f"{pulumi.get_project()}:"
     values = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     return {k.removeprefix(prefix): v for k, v in values.items() if k.startswith(prefix)}
 
 
+def default_cluster_name(project: str, stack: str) -> str:
+    """`<project>-<stack>` made a valid clusterName: lowercase letters, digits and '-', starting
+    with a letter, short enough for the RayJob names derived from it."""
+    name = re.sub(r"[^a-z0-9-]+", "-", f"{project}-{stack}".lower()).lstrip("-0123456789")
+    return (name or "ray-train")[:RAYJOB_NAME_MAX - JOB_HASH_LEN - 1].rstrip("-")
+
+
 def load() -> StackConfig:
     region = pulumi.Config("aws").get("region") or ""
-    default_name = f"{pulumi.get_project()}-{pulumi.get_stack()}"[:RAYJOB_NAME_MAX - JOB_HASH_LEN - 1]
-    return parse(raw_project_config(), region, default_name=default_name)
+    return parse(raw_project_config(), region,
+                 default_name=default_cluster_name(pulumi.get_project(), pulumi.get_stack()))
+
+
+def hf_token() -> pulumi.Output[str] | None:
+    """The hub token as a secret Output, or None when the stack sets none (its default is "")."""
+    return pulumi.Config().get_secret("hfToken") if raw_project_config().get("hfToken") else None

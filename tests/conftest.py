@@ -1,4 +1,5 @@
-"""Shared test helpers: where ../shared lives, and skipping when it is absent."""
+"""Shared test helpers: where ../shared lives, skipping when it is absent, and the one local Ray
+of the session (for the job and benchmark tests)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,20 @@ def need(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is absent (upstream reference files live in ../shared, not in this repo)")
     return path
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray shared by the job tests (starting one per test would triple the suite's time)."""
+    import ray
+
+    from training import quiet
+
+    quiet.install()
+    from training.ray_setup import worker_env
+
+    # The controller polls workers every 2 s by default; faster polls, shorter tests.
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR",
+             runtime_env={"env_vars": {**worker_env(), "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}})
+    yield ray
+    ray.shutdown()

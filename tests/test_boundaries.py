@@ -1,8 +1,10 @@
 """Import boundaries, for every module of every package (walked, not listed by hand):
 - the Pulumi program (`program`, `stack`, `infra`, `workloads`) never loads torch or ray;
-- `infra` and `workloads` never import each other: they share the `stack` contract;
+- `infra` and `workloads` never import each other: they share the `stack` contract, whose
+  Pulumi-free part imports neither of them nor Pulumi;
 - `training` never imports `infra`, `workloads`, the Pulumi-facing part of `stack`, or `bench`,
-  and never loads Pulumi; its config module imports only the standard library."""
+  and never loads Pulumi; the job's settings and command line (`training.config`,
+  `training.flags`) import only the standard library and each other."""
 
 from __future__ import annotations
 
@@ -15,25 +17,33 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGES = ("stack", "infra", "workloads", "training", "bench")
-PULUMI_FACING = {"stack.pulumi_config"}
+PULUMI = {"pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes"}
 
 
 def modules(package: str) -> list[str]:
     return sorted(".".join(p.relative_to(REPO).with_suffix("").parts)
-                  for p in (REPO / package).rglob("*.py")
-                  if "__pycache__" not in p.parts and p.name != "__main__.py")
+                  for p in (REPO / package).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def importable(package: str) -> list[str]:
+    """Modules that can be imported without running something (`__main__` runs the CLI)."""
+    return [m for m in modules(package) if not m.endswith(".__main__")]
 
 
 def imported(module: str) -> set[str]:
-    """Every module `module` names in an import statement, at any depth of its code."""
-    tree = ast.parse((REPO / (module.replace(".", "/") + ".py")).read_text())
+    """Every module `module` names in an import statement, at any depth of its code; relative
+    imports resolved against its package."""
+    path = REPO / (module.replace(".", "/") + ".py")
+    package = module.split(".")[:-1]  # `pkg.__init__` and `pkg.mod` both resolve against `pkg`
     names = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            full = ".".join([*base, *([node.module] if node.module else [])])
+            names.add(full)
+            names.update(f"{full}.{a.name}" for a in node.names)
     return names
 
 
@@ -41,10 +51,15 @@ def top(name: str) -> str:
     return name.split(".")[0]
 
 
+def pulumi_facing(package: str) -> set[str]:
+    return {m for m in modules(package) if {top(n) for n in imported(m)} & PULUMI}
+
+
 def test_every_package_is_walked():
     for package in PACKAGES:
         assert modules(package), package
-    assert "training.config" in modules("training") and "stack.config" in modules("stack")
+    assert "training.config" in modules("training") and "training.__main__" in modules("training")
+    assert pulumi_facing("stack") == {"stack.pulumi_config"}
 
 
 @pytest.mark.parametrize("a, b", [("infra", "workloads"), ("workloads", "infra")])
@@ -53,18 +68,26 @@ def test_infra_and_workloads_do_not_import_each_other(a, b):
     assert not {m: v for m, v in offenders.items() if v}
 
 
-def test_training_imports_no_deployment_code_and_no_benchmark():
-    forbidden = {"infra", "workloads", "bench", "pulumi", "pulumi_aws", "pulumi_eks",
-                 "pulumi_kubernetes"}
-    for m in modules("training"):
-        bad = sorted(n for n in imported(m) if top(n) in forbidden or n in PULUMI_FACING
-                     or any(n.startswith(p + ".") for p in PULUMI_FACING))
+def test_the_contract_imports_no_layer_and_no_pulumi_outside_its_pulumi_facing_module():
+    for m in set(modules("stack")) - pulumi_facing("stack"):
+        bad = sorted(n for n in imported(m) if top(n) in {"infra", "workloads", "bench", *PULUMI})
         assert not bad, (m, bad)
 
 
-def test_job_config_module_imports_only_the_standard_library():
-    names = {top(n) for n in imported("training.config")}
-    assert names <= set(sys.stdlib_module_names) | {"__future__"}, names
+def test_training_imports_no_deployment_code_and_no_benchmark():
+    forbidden_modules = pulumi_facing("stack")
+    for m in modules("training"):
+        bad = sorted(n for n in imported(m) if top(n) in {"infra", "workloads", "bench", *PULUMI}
+                     or any(n == f or n.startswith(f + ".") for f in forbidden_modules))
+        assert not bad, (m, bad)
+
+
+@pytest.mark.parametrize("module", ["training.config", "training.flags"])
+def test_job_settings_and_flags_import_only_the_standard_library(module):
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    bad = {n for n in imported(module) if top(n) not in allowed
+           and not (n == "training.config" or n.startswith("training.config."))}
+    assert not bad, bad
 
 
 def loaded_after_import(mods: list[str]) -> set[str]:
@@ -76,11 +99,11 @@ def loaded_after_import(mods: list[str]) -> set[str]:
 
 
 def test_pulumi_program_loads_neither_torch_nor_ray():
-    loaded = loaded_after_import(["program", *modules("stack"), *modules("infra"),
-                                  *modules("workloads")])
+    loaded = loaded_after_import(["program", *importable("stack"), *importable("infra"),
+                                  *importable("workloads")])
     assert "pulumi" in loaded and not loaded & {"torch", "ray", "transformers"}
 
 
 def test_training_never_loads_pulumi():
-    loaded = loaded_after_import(modules("training"))
+    loaded = loaded_after_import(importable("training"))
     assert "torch" in loaded and not any(m.startswith("pulumi") for m in loaded)

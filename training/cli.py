@@ -14,13 +14,15 @@ import json
 import logging
 import os
 import sys
-import typing
+import time
 import warnings
 from pathlib import Path
+from typing import Callable
 
 from training import quiet
 from training.config import LOCAL_DEFAULTS, ConfigError, TrainConfig
 from training.data import BYTES, BYTES_VOCAB, RANDOM_MODES, DataError, TokenCache
+from training.flags import add_config_flags
 from training.model import ModelError, is_builtin, max_positions, model_config
 from training.ray_setup import init_ray
 from training.storage import Storage, StorageError, check_writable, resolve
@@ -30,6 +32,13 @@ SAMPLE_TEXT = Path(__file__).resolve().parent / "sample_data" / "tiny_corpus.jso
 DEMO_DEFAULTS = {"data": str(SAMPLE_TEXT), "tokenizer": BYTES, "name": "demo", "log_every": 1,
                  "lr": 3e-3}
 """What `--demo` (`make demo`) adds to `--local`: a loss that visibly falls within seconds."""
+# On a cluster (--address) workers may still be joining when the job starts: KubeRay submits once
+# every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
+# Ray never grows, so there the check fails at once.
+CAPACITY_WAIT_S, CAPACITY_POLL_S = 600.0, 10.0
+# Set on the run's Ray head (workloads/raycluster.py): a file holding the head's start (epoch
+# seconds), seconds after KubeRay creates the run's cluster, so waits count from there.
+RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
 
 
 class JobError(RuntimeError):
@@ -44,27 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "text with the built-in byte tokenizer, logged and plotted every step")
     add_config_flags(ap)
     return ap
-
-
-def add_config_flags(ap: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
-    """One flag per TrainConfig field (or the `names` given), typed and documented from the
-    field, defaulting to None so that only what the user gave overrides a default. The job and
-    the benchmark (`python -m bench`) share these flags."""
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        if names is not None and f.name not in names:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        hidden = f.metadata.get("hidden")
-        help_text = argparse.SUPPRESS if hidden else f"{f.metadata['help']} (default: {f.default})"
-        hint = hints[f.name]
-        if hint in (bool, bool | None):
-            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif typing.get_origin(hint) is typing.Literal:
-            ap.add_argument(flag, choices=typing.get_args(hint), default=None, help=help_text)
-        else:
-            base = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
-            ap.add_argument(flag, type=base, default=None, help=help_text)
 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:
@@ -91,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(cfg: TrainConfig) -> dict:
+    job_started = time.time()
     vocab = _check_model_and_data(cfg)
     storage = resolve(cfg.storage_path)
     check_writable(storage)
@@ -102,9 +91,13 @@ def run(cfg: TrainConfig) -> dict:
         init_ray(cfg.address)
     try:
         use_gpu = cfg.use_gpu if cfg.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
-        _check_capacity(cfg, use_gpu, ray.cluster_resources())
+        waited = _check_capacity(cfg, use_gpu, ray.cluster_resources,
+                                 CAPACITY_WAIT_S if cfg.address else 0.0)
+        run_started = _run_started_at(job_started)
+        clock = {"run_started_at": run_started,
+                 "waited_for_workers_s": job_started - run_started + waited}
         tokens = None if cfg.data in RANDOM_MODES else _tokenized(cfg, storage)
-        result = _fit(cfg, storage, vocab, use_gpu, tokens)
+        result = _fit(cfg, storage, vocab, use_gpu, tokens, clock)
     finally:
         if started_here:
             ray.shutdown()
@@ -207,18 +200,41 @@ def _check_resume(cfg: TrainConfig, storage: Storage) -> None:
         print(f"WARNING: {note}", file=sys.stderr)
 
 
-def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: dict) -> None:
-    """Fail fast instead of waiting forever for workers the cluster cannot place."""
+def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dict],
+                    wait_s: float, poll_s: float = CAPACITY_POLL_S) -> float:
+    """Wait up to `wait_s` seconds, with a progress line per poll, until the Ray cluster has a
+    slot for every worker (instead of Ray Train waiting forever); returns the seconds waited.
+    With `wait_s` 0 (a local Ray) a shortfall fails at once."""
     kind = "GPU" if use_gpu else "CPU"
-    have = int(resources.get(kind, 0))
-    if cfg.num_workers > have:
-        raise ConfigError([f"--num-workers {cfg.num_workers} needs {cfg.num_workers} {kind}s but "
-                           f"the Ray cluster has {have}; lower --num-workers or add nodes (is the "
-                           "GPU node group paused at gpuNodeCount 0?)"])
+    start = time.monotonic()
+    while (have := int(resources().get(kind, 0))) < cfg.num_workers:
+        waited = time.monotonic() - start
+        problem = f"--num-workers {cfg.num_workers} needs {cfg.num_workers} {kind}s but the " \
+                  f"Ray cluster has {have}"
+        if not wait_s:
+            raise ConfigError([f"{problem}; lower --num-workers or add nodes"])
+        if waited >= wait_s:
+            raise JobError(f"{problem} after {waited:.0f} s of waiting; see why the workers did "
+                           "not join (kubectl -n ray get pods; kubectl -n ray describe pod on a "
+                           "Pending one), or lower --num-workers")
+        print(f"waiting for workers: {have} of {cfg.num_workers} {kind}s in the Ray cluster "
+              f"({waited:.0f} s, at most {wait_s:.0f} s)", flush=True)
+        time.sleep(poll_s)
+    return time.monotonic() - start
+
+
+def _run_started_at(job_started: float) -> float:
+    """When this run's Ray cluster started (the head's start, see RUN_STARTED_ENV); this job's
+    own start when there is no such record (a local run, a cluster not built by this stack)."""
+    path = os.environ.get(RUN_STARTED_ENV)
+    try:
+        return min(float(Path(path).read_text()), job_started) if path else job_started
+    except (OSError, ValueError):  # not written (yet): count from the job's start
+        return job_started
 
 
 def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool,
-         tokens: dict | None):
+         tokens: dict | None, clock: dict):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
@@ -227,7 +243,8 @@ def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool,
 
     trainer = TorchTrainer(
         train_func,
-        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab, "tokens": tokens},
+        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab, "tokens": tokens,
+                           **clock},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
         run_config=RunConfig(name=cfg.name, storage_path=storage.path,
                              storage_filesystem=storage.filesystem,
@@ -269,6 +286,8 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
         "peak_mem_gib": m.get("peak_mem_gib"),
         "world_size": m.get("world_size"),
         "resumed_from_step": m.get("resumed_from_step"),
+        "waited_for_workers_s": m.get("waited_for_workers_s"),
+        "time_to_first_step_s": m.get("time_to_first_step_s"),
         "checkpoint": storage.display(ckpt.path) if ckpt else None,
         "checkpoint_gib": _size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         "run_dir": storage.display(run_dir),

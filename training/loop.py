@@ -49,8 +49,11 @@ def train_func(loop_config: dict) -> None:
                         engine.model.lm.config.vocab_size, tokens)
     info = {"world_size": world, "resumed_from_step": saved.step if saved else None,
             "nccl_transport": link.verdict, "nccl_nodes": link.nodes, "efa_preflight": preflight,
-            "num_params": engine.num_params, **dataclasses.asdict(engine.plan)}
-    _run_steps(cfg, engine, batch_at, state, schedule, info, rank)
+            "num_params": engine.num_params,
+            "waited_for_workers_s": loop_config.get("waited_for_workers_s"),
+            "time_to_first_step_s": None, **dataclasses.asdict(engine.plan)}
+    _run_steps(cfg, engine, batch_at, state, schedule, info, rank,
+               loop_config.get("run_started_at"))
 
 
 def start_state(cfg: TrainConfig, saved: checkpoint.RunState | None,
@@ -189,7 +192,7 @@ def _poison(engine: Engine) -> None:
 
 
 def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: checkpoint.RunState,
-               schedule: Schedule, info: dict, rank: int) -> None:
+               schedule: Schedule, info: dict, rank: int, run_started_at: float | None) -> None:
     world = info["world_size"]
     on_gpu = engine.device.type == "cuda"
     peak = peak_flops(torch.cuda.get_device_name(engine.device) if on_gpu else None)
@@ -213,6 +216,8 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
         if save or step in (first_step, cfg.steps) or step % cfg.log_every == 0:
             guard.check(saved_step)
             loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
+            if step == first_step and run_started_at is not None:  # wall clock: the run began
+                info["time_to_first_step_s"] = time.time() - run_started_at  # on another node
             step_time = clock.lap(includes_first_step=step == first_step)
             tps = clock.tokens_per_step / step_time
             if state.first_loss is None:

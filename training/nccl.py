@@ -150,7 +150,7 @@ def explain(v: str, facts: Facts) -> str:
                 f"{cause}. Training still runs, ~8x slower (measured). Check that the worker pod "
                 "requests `vpc.amazonaws.com/efa: 1` (kubectl describe pod), that the EFA device "
                 "plugin DaemonSet runs on the GPU node, and that the image's aws-ofi-nccl library "
-                "loads (NCCL_NET_PLUGIN, LD_LIBRARY_PATH). Set NCCL_NET='AWS Libfabric' to make "
+                "loads (NCCL_NET_PLUGIN, LD_LIBRARY_PATH). Set NCCL_NET='Libfabric' to make "
                 "NCCL fail instead of falling back, or pass --on-fallback warn to continue.")
     if v == "single-node":
         return ("all ranks are on one node, so no traffic crossed EFA; --expect-transport efa "

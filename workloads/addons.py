@@ -1,4 +1,5 @@
-"""Cluster add-ons: KubeRay (with its CRDs from the pinned release), NVIDIA and EFA device plugins."""
+"""Cluster add-ons: KubeRay (with its CRDs from the pinned release), NVIDIA and EFA device plugins,
+and cluster-autoscaler for the GPU nodes of a cluster this stack owns."""
 
 from __future__ import annotations
 
@@ -11,26 +12,35 @@ from workloads import helm_values
 
 class Addons(pulumi.ComponentResource):
     """Installed once the system nodes exist. Device-plugin DaemonSets are not awaited: their
-    GPU nodes may be paused at zero. Everything here depends on the node groups, so on destroy
+    GPU nodes sit at zero between runs. Everything here depends on the node groups, so on destroy
     it goes first, while nodes still run its finalizers."""
 
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
+                 system_node_selector: dict[str, str], autoscaler_values: dict | None = None,
+                 crd_provider: k8s.Provider | None = None,
                  opts: pulumi.ResourceOptions | None = None):
+        """`crd_provider`: one that adopts existing objects, for a cluster that may already have
+        KubeRay's CRDs; `autoscaler_values`: install cluster-autoscaler (own cluster only)."""
         super().__init__("eksraytrain:workloads:Addons", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
         kuberay = CHARTS["kuberay-operator"]
         # Helm installs crds/ once and never upgrades them; applying the pinned release's CRDs
         # ourselves (server-side: they exceed the 256 KiB last-applied annotation) upgrades them
         # with the pinned version.
+        crd_opts = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
+            provider=crd_provider or provider))
         self.crds = [k8s.yaml.v2.ConfigFile(f"{name}-crd-{url.rsplit('/', 1)[1]}", file=url,
-                                            opts=base) for url in kuberay_crd_urls(kuberay.version)]
-        self.kuberay = self._release(name, "kuberay-operator", helm_values.kuberay_operator(),
+                                            opts=crd_opts) for url in kuberay_crd_urls(kuberay.version)]
+        self.kuberay = self._release(name, "kuberay-operator",
+                                     helm_values.kuberay_operator(system_node_selector),
                                      pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
                                          depends_on=[*depends_on, *self.crds])), skip_crds=True)
         self.nvidia = self._release(name, "nvidia-device-plugin", helm_values.nvidia_device_plugin(),
                                     base, skip_await=True)
         self.efa = self._release(name, "aws-efa-k8s-device-plugin", helm_values.efa_device_plugin(),
                                  base, skip_await=True)
+        if autoscaler_values is not None:
+            self._release(name, "cluster-autoscaler", autoscaler_values, base)
         self.register_outputs({})
 
     def _release(self, name: str, chart_key: str, values: dict, opts: pulumi.ResourceOptions,

@@ -1,13 +1,19 @@
-"""Values for the three Helm charts: each add-on on the nodes it belongs to."""
+"""Values for the Helm charts: each add-on on the nodes it belongs to."""
 
 from __future__ import annotations
 
-from stack.kube import GPU_LABELS, GPU_TOLERATION, SYSTEM_LABELS
+import pulumi
+
+from stack.catalog import CLUSTER_AUTOSCALER_IMAGE
+from stack.kube import AUTOSCALER_SERVICE_ACCOUNT, GPU_LABELS, GPU_TOLERATION, SYSTEM_LABELS
+
+# Idle GPU nodes go this long after the per-run Ray cluster does (the chart's defaults are 10m).
+SCALE_DOWN_AFTER = "2m"
 
 
-def kuberay_operator() -> dict:
+def kuberay_operator(node_selector: dict[str, str]) -> dict:
     """On the system node. CRDs come from the pinned release (see workloads/addons.py)."""
-    return {"nodeSelector": dict(SYSTEM_LABELS),
+    return {"nodeSelector": dict(node_selector),
             "resources": {"requests": {"cpu": "100m", "memory": "512Mi"},
                           "limits": {"cpu": "100m", "memory": "512Mi"}}}
 
@@ -20,7 +26,36 @@ def nvidia_device_plugin() -> dict:
 
 
 def efa_device_plugin() -> dict:
-    """On EFA nodes, tolerating the GPU taint (the chart only tolerates its own EFA taint)."""
+    """On EFA nodes, tolerating the GPU taint: the chart's DaemonSet tolerates only
+    CriticalAddonsOnly plus `tolerations` (empty by default; aws/eks-charts
+    stable/aws-efa-k8s-device-plugin templates/daemonset.yaml)."""
     return {"nodeSelector": {"vpc.amazonaws.com/efa.present":
                              GPU_LABELS["vpc.amazonaws.com/efa.present"]},
             "tolerations": [GPU_TOLERATION]}
+
+
+def cluster_autoscaler(cluster_name: pulumi.Input[str], region: str, image_tag: str) -> dict:
+    """kubernetes/autoscaler's chart on the system node, discovering the cluster's managed node
+    groups by the tags EKS puts on them. The GPU node group is one subnet (one zone) with one
+    placement group, so every GPU node it adds lands there; `balance-similar-node-groups` stays
+    off so that a similar group elsewhere is never used to spread a run, and `least-waste` picks
+    the group a pending pod fits best rather than a random one."""
+    return {
+        "cloudProvider": "aws",
+        "awsRegion": region,  # no metadata-service lookup: nodes allow one hop only
+        "autoDiscovery": {"clusterName": cluster_name},
+        "image": {"repository": CLUSTER_AUTOSCALER_IMAGE, "tag": image_tag},
+        # Deployment and service account both named cluster-autoscaler (not release-name-based):
+        # the Pod Identity association and the README's kubectl commands use the name.
+        "fullnameOverride": AUTOSCALER_SERVICE_ACCOUNT,
+        "rbac": {"serviceAccount": {"name": AUTOSCALER_SERVICE_ACCOUNT}},
+        "nodeSelector": dict(SYSTEM_LABELS),
+        "resources": {"requests": {"cpu": "100m", "memory": "600Mi"},
+                      "limits": {"cpu": "100m", "memory": "600Mi"}},
+        "extraArgs": {
+            "expander": "least-waste",
+            "balance-similar-node-groups": False,
+            "scale-down-unneeded-time": SCALE_DOWN_AFTER,
+            "scale-down-delay-after-add": SCALE_DOWN_AFTER,
+        },
+    }

@@ -1,5 +1,5 @@
-"""The Ray workloads: namespace, service account, hub-token secret, code ConfigMap, RayCluster
-and (optionally) the RayJob. Manifests come from the pure builders beside this module."""
+"""The Ray workloads: namespace, service account, hub-token secret, code ConfigMap and the RayJob
+(which brings its own Ray cluster). Manifests come from the pure builders beside this module."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pulumi_kubernetes as k8s
 from stack.config import StackConfig
 from workloads.code_bundle import CodeBundle
 from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT
-from workloads.raycluster import build_raycluster
-from workloads.rayjob import build_rayjob
+from workloads.rayjob import build_rayjob, head_service
 
 
 def _custom_resource(name: str, kind: str, manifest: pulumi.Input[dict],
@@ -23,7 +22,8 @@ def _custom_resource(name: str, kind: str, manifest: pulumi.Input[dict],
 
 
 class RayWorkloads(pulumi.ComponentResource):
-    """Depends on the KubeRay operator, so RayJob and RayCluster (finalizers) are deleted first."""
+    """Depends on the KubeRay operator, so the RayJob (finalizer) is deleted while it runs. No
+    long-lived RayCluster: each RayJob brings up its cluster and KubeRay deletes it afterwards."""
 
     def __init__(self, name: str, cfg: StackConfig, bundle: CodeBundle,
                  storage_uri: pulumi.Input[str], hf_token: pulumi.Input[str] | None,
@@ -42,18 +42,19 @@ class RayWorkloads(pulumi.ComponentResource):
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": CODE_CONFIGMAP,
                                                                "namespace": NAMESPACE},
                                      data=bundle.data, opts=in_ns)
-        after_operator = pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
-            depends_on=[ns, operator]))
-        self.raycluster = _custom_resource(f"{name}-raycluster", "RayCluster", build_raycluster(cfg),
-                                           after_operator)
-        self.rayjob_name = None
-        if cfg.run_job:
+        self.rayjob_name: pulumi.Output[str] | None = None
+        self.head_service: pulumi.Output[str] | None = None
+        if cfg.run_job and cfg.gpu_node_count > 0:  # a run of zero GPU nodes never starts
             manifest = pulumi.Output.from_input(storage_uri).apply(
                 lambda uri: build_rayjob(cfg, bundle, uri))
             self.rayjob_name = manifest.apply(lambda m: m["metadata"]["name"])
+            self.head_service = self.rayjob_name.apply(head_service)
+            # KubeRay ignores spec changes of a RayJob ("Disregard changes in RayClusterSpec",
+            # rayjob_controller.go), so any change is a new job, and the old one is deleted
+            # first: its Ray cluster, and so its GPU nodes, go before the new job asks for them.
             _custom_resource(
                 f"{name}-rayjob", "RayJob", manifest,
-                opts=pulumi.ResourceOptions.merge(after_operator, pulumi.ResourceOptions(
-                    depends_on=[ns, operator, self.raycluster, code],
-                    replace_on_changes=["metadata.name"], delete_before_replace=False)))
-        self.register_outputs({"raycluster": cfg.name})
+                opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
+                    depends_on=[ns, operator, code], replace_on_changes=["metadata.name", "spec"],
+                    delete_before_replace=True)))
+        self.register_outputs({})

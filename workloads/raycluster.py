@@ -1,10 +1,10 @@
-"""RayCluster (ray.io/v1): a GPU-less head on the system node, one worker pod per GPU node."""
+"""The Ray cluster spec (ray.io/v1 RayClusterSpec) a RayJob brings up for its run: a GPU-less head
+on the system node and one worker pod per GPU node, holding the node's GPUs and EFA interfaces."""
 
 from __future__ import annotations
 
 from stack.config import StackConfig
-from stack.kube import GPU_LABELS, GPU_TOLERATION, SYSTEM_LABELS
-from stack.kube import HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT
+from stack.kube import GPU_TOLERATION, HF_TOKEN_SECRET, SERVICE_ACCOUNT
 
 # Head pod: fits beside the KubeRay operator (100m/512Mi) and the node's DaemonSets on an
 # m7i.xlarge (4 vCPU, 16 GiB, ~3.9 CPU / ~14.5 GiB allocatable).
@@ -14,6 +14,12 @@ HEAD_CPU, HEAD_MEMORY_GIB = 2, 8
 NODE_CPU_RESERVE = 4
 NODE_MEMORY_FRACTION = 0.85
 SHM_FRACTION = 0.3  # /dev/shm for NCCL and the data loaders, out of the pod's memory
+NCCL_NET_EFA = "Libfabric"
+# The head records when it started (seconds after KubeRay creates the run's cluster, long before
+# the GPU nodes are up); the job reads the file named by this variable (training/cli.py), so its
+# time to first step includes node boot and image pull. In the ray-logs volume: the first start
+# of the pod counts, not a container restart.
+RUN_STARTED_ENV, RUN_STARTED_FILE = "RUN_STARTED_AT_FILE", "/tmp/ray/run-started-at"
 
 
 def worker_resources(cfg: StackConfig) -> dict:
@@ -37,7 +43,11 @@ def nccl_env(cfg: StackConfig) -> list[dict]:
         "NCCL_DEBUG": "INFO",  # NCCL's default subsystems log the channel lines the guard reads
     }
     if cfg.strict_efa:
-        env["NCCL_NET"] = "AWS Libfabric"  # fail instead of falling back to TCP sockets
+        # Fail instead of falling back to TCP sockets. The plugin's own name since aws-ofi-nccl
+        # 1.13 (`.name = "Libfabric"` in src/nccl_ofi_interface_nvidia.c; "AWS Libfabric" up to
+        # 1.12, still accepted by a compatibility constructor in 1.20's
+        # nccl_ofi_interface_nvidia.cpp). The image ships 1.20.
+        env["NCCL_NET"] = NCCL_NET_EFA
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
@@ -73,39 +83,39 @@ def _pod(container: dict, node_selector: dict, shm_gib: int, tolerations: list[d
     return {"spec": spec}
 
 
-def build_raycluster(cfg: StackConfig) -> dict:
+def build_cluster_spec(cfg: StackConfig) -> dict:
+    """The run's cluster: exactly `gpuNodeCount` workers (replicas = min = max), so the RayJob is
+    submitted only once every GPU node has joined (KubeRay marks the cluster Ready when all its
+    pods run: raycluster_controller.go calculateStatus)."""
     facts = cfg.gpu
     head_resources = {"cpu": str(HEAD_CPU), "memory": f"{HEAD_MEMORY_GIB}Gi"}
-    head_env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}, *_pod_env(cfg)]
+    head_env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+                {"name": RUN_STARTED_ENV, "value": RUN_STARTED_FILE}, *_pod_env(cfg)]
     head_shm = max(1, int(HEAD_MEMORY_GIB * SHM_FRACTION))
     worker_shm = max(1, int(facts.memory_gib * NODE_MEMORY_FRACTION * SHM_FRACTION))
     head = _container(cfg, "ray-head", {"requests": dict(head_resources), "limits": head_resources},
                       head_env)
+    head["lifecycle"]["postStart"] = {"exec": {"command": [
+        "/bin/sh", "-c", f"[ -s {RUN_STARTED_FILE} ] || date +%s > {RUN_STARTED_FILE}"]}}
     head["ports"] = [{"containerPort": 6379, "name": "gcs"},
                      {"containerPort": 8265, "name": "dashboard"},
                      {"containerPort": 10001, "name": "client"}]
     worker = _container(cfg, "ray-worker", worker_resources(cfg),
                         [*nccl_env(cfg), *_pod_env(cfg)])
     return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": cfg.name, "namespace": NAMESPACE},
-        "spec": {
-            "rayVersion": cfg.ray_version,
-            "headGroupSpec": {
-                "serviceType": "ClusterIP",  # never public: reach the dashboard by port-forward
-                # No train worker may land on the head: it advertises no CPUs and no GPUs.
-                "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
-                "template": _pod(head, dict(SYSTEM_LABELS), head_shm, []),
-            },
-            "workerGroupSpecs": [{
-                "groupName": "gpu",
-                "replicas": cfg.gpu_node_count,  # 0 while paused
-                "minReplicas": 0,
-                "maxReplicas": cfg.gpu_node_count,
-                "rayStartParams": {"num-gpus": str(facts.gpus)},
-                "template": _pod(worker, {"role": GPU_LABELS["role"]}, worker_shm,
-                                 [GPU_TOLERATION]),
-            }],
+        "rayVersion": cfg.ray_version,
+        "headGroupSpec": {
+            "serviceType": "ClusterIP",  # never public: reach the dashboard by port-forward
+            # No train worker may land on the head: it advertises no CPUs and no GPUs.
+            "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
+            "template": _pod(head, dict(cfg.system_node_selector), head_shm, []),
         },
+        "workerGroupSpecs": [{
+            "groupName": "gpu",
+            "replicas": cfg.gpu_node_count,
+            "minReplicas": cfg.gpu_node_count,
+            "maxReplicas": cfg.gpu_node_count,
+            "rayStartParams": {"num-gpus": str(facts.gpus)},
+            "template": _pod(worker, dict(cfg.gpu_node_selector), worker_shm, [GPU_TOLERATION]),
+        }],
     }

@@ -1,12 +1,17 @@
-"""RayJob (ray.io/v1) that runs `python -m training` on the RayCluster.
+"""RayJob (ray.io/v1) that brings up its own Ray cluster, runs `python -m training` on it, and
+takes the cluster down when the job ends, so GPU nodes run (and bill) only while a job does.
 
 A RayJob is one-shot: changing its spec does not rerun it. Its name therefore carries a hash of
 the training code and settings: a change creates a new job (Pulumi replaces the object), an
 unchanged `pulumi up` changes nothing.
+
+What each field does is read from KubeRay v1.7.0's `ray-operator/controllers/ray/
+rayjob_controller.go` (RJC) and `utils/validation.go` (VAL).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -14,9 +19,19 @@ import shlex
 import yaml
 
 from stack.config import StackConfig
-from stack.kube import JOB_HASH_LEN
+from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE, RUN_START_BUDGET_S
+from training.config import TrainConfig
+from training.flags import render
 from workloads.code_bundle import CodeBundle
-from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, NAMESPACE
+from workloads.raycluster import build_cluster_spec
+
+# After the job ends (RJC handleShutdownAfterJobFinishes: status.endTime + this), the cluster is
+# deleted; until then its dashboard and Ray logs can still be read. The submitter Job, with the
+# driver's output, is kept until the RayJob itself is deleted.
+LOGS_GRACE_S = 300
+# Submission retries of the submitter Job (RJC createNewK8sJob defaults to 2; its command checks
+# `ray job status` before `ray job submit`, so a retry never submits twice: common/job.go).
+SUBMITTER_RETRIES = 2
 
 
 def run_name(cfg: StackConfig) -> str:
@@ -26,49 +41,62 @@ def run_name(cfg: StackConfig) -> str:
     return f"{cfg.name}-run-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
+def job_settings(cfg: StackConfig, storage_uri: str) -> TrainConfig:
+    """The job's settings on this stack: the stack's `training` object (validated by TrainConfig)
+    plus what the stack decides (stack.config.SET_BY_THE_STACK)."""
+    return dataclasses.replace(
+        cfg.training, num_workers=cfg.num_workers, use_gpu=True, storage_path=storage_uri,
+        name=run_name(cfg), address="auto",
+        # Traffic crosses nodes: anything but EFA is a failure.
+        expect_transport="efa" if cfg.gpu_node_count > 1 else "any")
+
+
 def entrypoint_args(cfg: StackConfig, storage_uri: str) -> list[str]:
-    """The training CLI's flags for this stack (see `python -m training --help`)."""
-    t = cfg.training
-    args = ["python", "-m", "training", "--address", "auto",
-            "--model", t.model, "--steps", str(t.steps), "--seq-len", str(t.seq_len),
-            "--micro-batch-size", str(t.micro_batch_size), "--lr", str(t.lr), "--data", t.data,
-            "--num-workers", str(cfg.num_workers), "--use-gpu",
-            "--storage-path", storage_uri, "--name", run_name(cfg),
-            "--checkpoint-every", str(t.checkpoint_every)]
-    if cfg.gpu_node_count > 1:  # traffic crosses nodes: anything but EFA is a failure
-        args += ["--expect-transport", "efa"]
-    return args
+    """`python -m training` with the flags of this stack's job settings."""
+    return ["python", "-m", "training", *render(job_settings(cfg, storage_uri))]
 
 
 def job_hash(bundle: CodeBundle, cfg: StackConfig, storage_uri: str) -> str:
     """Changes with the code or any setting the job runs with, and with nothing else."""
-    settings = {"training": cfg.training.__dict__, "workers": cfg.num_workers,
-                "image": cfg.image, "storage": storage_uri, "strict_efa": cfg.strict_efa}
+    settings = {"job": entrypoint_args(cfg, storage_uri), "extra_pip": cfg.extra_pip,
+                "image": cfg.image, "strict_efa": cfg.strict_efa}
     h = hashlib.sha256(bundle.digest.encode())
     h.update(json.dumps(settings, sort_keys=True, default=list).encode())
     return h.hexdigest()[:JOB_HASH_LEN]
 
 
+def head_service(rayjob_name: str) -> str:
+    """The per-run cluster's head Service (dashboard :8265), named after the RayJob, not the
+    cluster (utils.GenerateHeadServiceName for RayJobCRD, common/job.go BuildHeadServiceForRayJob)."""
+    return f"{rayjob_name}-head-svc"
+
+
 def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict:
     name = f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
     runtime_env = {"working_dir": CODE_MOUNT}
-    if cfg.training.extra_pip:
-        runtime_env["pip"] = list(cfg.training.extra_pip)
+    if cfg.extra_pip:
+        runtime_env["pip"] = list(cfg.extra_pip)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "entrypoint": shlex.join(entrypoint_args(cfg, storage_uri)),
-            # Run on the stack's long-lived RayCluster rather than a per-job cluster: the GPU
-            # nodes and the pulled image stay warm between jobs.
-            "clusterSelector": {"ray.io/cluster": cfg.name},
+            # A cluster of its own (no clusterSelector): created with the job, submitted to once
+            # all its pods run, deleted after it (shutdownAfterJobFinishes). The deadlines then
+            # end the run and free the GPUs; with clusterSelector they only mark the RayJob
+            # Failed while the Ray job keeps running (RJC skips deletion for clusterSelector).
+            # No deletionStrategy: VAL rejects its deletionRules beside shutdownAfterJobFinishes.
+            "rayClusterSpec": build_cluster_spec(cfg),
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": LOGS_GRACE_S,
+            "activeDeadlineSeconds": cfg.job_deadline_seconds,
+            "preRunningDeadlineSeconds": RUN_START_BUDGET_S,  # node boot + image pull
             "runtimeEnvYAML": yaml.safe_dump(runtime_env, sort_keys=True),
-            "activeDeadlineSeconds": cfg.training.deadline_seconds,
-            "preRunningDeadlineSeconds": 1800,
-            "submitterConfig": {"backoffLimit": 0},
+            "submitterConfig": {"backoffLimit": SUBMITTER_RETRIES},
             "submitterPodTemplate": {"spec": {
                 "restartPolicy": "Never",
+                "nodeSelector": dict(cfg.system_node_selector),
                 "containers": [{
                     "name": "ray-job-submitter",
                     "image": cfg.image,

@@ -12,8 +12,24 @@ import pulumi
 
 from tests.stack.stacks import PROJECT, raw_config, stack_name
 
-ZONES = {"us-west-2": ["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"],
-         "us-east-1": ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1f"]}
+# What DescribeAvailabilityZones returns for an account, sorted by name as AWS sorts it: an
+# opted-in Local Zone sorts before the regular zones, and zone names map to account-specific zone
+# IDs (here us-east-1b is use1-az3, where EKS refuses control-plane subnets).
+ZONE_DATA = {
+    "us-west-2": [("us-west-2-lax-1a", "usw2-lax1-az1", "opted-in"),
+                  ("us-west-2a", "usw2-az2", "opt-in-not-required"),
+                  ("us-west-2b", "usw2-az1", "opt-in-not-required"),
+                  ("us-west-2c", "usw2-az3", "opt-in-not-required"),
+                  ("us-west-2d", "usw2-az4", "opt-in-not-required")],
+    "us-east-1": [("us-east-1a", "use1-az6", "opt-in-not-required"),
+                  ("us-east-1b", "use1-az3", "opt-in-not-required"),
+                  ("us-east-1c", "use1-az1", "opt-in-not-required"),
+                  ("us-east-1d", "use1-az2", "opt-in-not-required"),
+                  ("us-east-1f", "use1-az5", "opt-in-not-required")],
+}
+# Regular zones only (what most tests reason about).
+ZONES = {region: [name for name, _, opt_in in zones if opt_in == "opt-in-not-required"]
+         for region, zones in ZONE_DATA.items()}
 
 
 @dataclass
@@ -33,22 +49,45 @@ class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
     def RegisterResource(self, request):
         self.recorder.depends[request.name] = {u.rsplit("::", 1)[1] for u in request.dependencies}
         self.recorder.parents[request.name] = request.parent.rsplit("::", 1)[1] if request.parent else None
+        self.recorder.ignore_changes[request.name] = list(request.ignoreChanges)
+        refs = [request.provider, *request.providers.values()]
+        self.recorder.providers[request.name] = {r.split("::")[-2] for r in refs if r}  # URN::id
+        self.recorder.options[request.name] = {
+            "retainOnDelete": request.retainOnDelete,
+            "deleteBeforeReplace": request.deleteBeforeReplace,
+            "replaceOnChanges": list(request.replaceOnChanges)}
         return super().RegisterResource(request)
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
     """Outputs echo the inputs plus what the program reads back; invokes answer in camelCase,
-    as the real providers do. `offering` sets which zones offer the GPU instance type."""
+    as the real providers do. `offering` sets which zones offer the GPU instance type (every zone,
+    Local Zones included, offers the others)."""
 
-    def __init__(self, region: str, offering: list[str] | None = None):
+    def __init__(self, region: str, offering: list[str] | None = None,
+                 deployer: str = "arn:aws:sts::123456789012:assumed-role/deployer/alice"):
         self.region = region
+        self.deployer = deployer  # the caller identity: an assumed-role session by default
         self.offering = ZONES[region][1:] if offering is None else offering
+        self.gpu_types = {"g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "p5.48xlarge"}
         self.resources: list[Recorded] = []
         self.calls: list[tuple[str, dict]] = []
         self.depends: dict[str, set[str]] = {}
         self.exports: dict = {}  # stack output -> resolved value
         self.secret_exports: set[str] = set()
         self.parents: dict[str, str | None] = {}
+        self.ignore_changes: dict[str, list[str]] = {}
+        # An existing cluster as EKS describes it: node groups with the labels and taints this
+        # program's own would carry, and its add-ons.
+        self.existing_node_groups = {
+            "system": {"labels": {"role": "system"}, "taints": []},
+            "gpu": {"labels": {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
+                               "vpc.amazonaws.com/efa.present": "true"},
+                    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]},
+        }
+        self.existing_addons = {"eks-pod-identity-agent", "coredns", "vpc-cni"}
+        self.options: dict[str, dict] = {}
+        self.providers: dict[str, set[str]] = {}  # resource -> names of its explicit providers
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append(Recorded(args.typ, args.name, dict(args.inputs)))
@@ -70,11 +109,37 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.calls.append((args.token, dict(args.args)))
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            return {"names": ZONES[self.region], "id": self.region}
+            zones = _describe_zones(ZONE_DATA[self.region], args.args)
+            return {"names": [z[0] for z in zones], "zoneIds": [z[1] for z in zones],
+                    "id": self.region}
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
-            return {"locations": self.offering, "locationTypes": ["availability-zone"] * len(
-                self.offering), "instanceTypes": ["g6.12xlarge"] * len(self.offering),
-                "id": self.region}
+            (instance_type,) = next(f["values"] for f in args.args["filters"]
+                                    if f["name"] == "instance-type")
+            zones = (self.offering if instance_type in self.gpu_types
+                     else [z[0] for z in ZONE_DATA[self.region]])
+            return {"locations": zones, "locationTypes": ["availability-zone"] * len(zones),
+                    "instanceTypes": [instance_type] * len(zones), "id": self.region}
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            account = self.deployer.split(":")[4]
+            return {"arn": self.deployer, "accountId": account, "userId": "AROAEXAMPLE:alice",
+                    "id": account}
+        if args.token == "aws:iam/getSessionContext:getSessionContext":
+            return _session_context(args.args["arn"])
+        if args.token == "aws:eks/getNodeGroups:getNodeGroups":
+            return {"clusterName": args.args["clusterName"], "id": args.args["clusterName"],
+                    "names": sorted(self.existing_node_groups)}
+        if args.token == "aws:eks/getNodeGroup:getNodeGroup":
+            group = self.existing_node_groups[args.args["nodeGroupName"]]
+            return {"clusterName": args.args["clusterName"], "id": args.args["nodeGroupName"],
+                    "nodeGroupName": args.args["nodeGroupName"], **group}
+        if args.token == "aws:eks/getAddon:getAddon":
+            if args.args["addonName"] not in self.existing_addons:
+                # A failed invoke, with the text the aws provider gives DescribeAddon's
+                # ResourceNotFoundException (terraform-provider-aws: retry.NotFoundError).
+                return {}, [("", f"reading EKS Add-On ({args.args['clusterName']}:"
+                                 f"{args.args['addonName']}): couldn't find resource")]
+            return {"addonName": args.args["addonName"], "clusterName": args.args["clusterName"],
+                    "addonVersion": "v1.3.10-eksbuild.3", "id": args.args["addonName"]}
         if args.token == "aws:eks/getCluster:getCluster":
             return {"name": args.args["name"], "endpoint": "https://eks.example",
                     "certificateAuthorities": [{"data": "Y2E="}],
@@ -97,13 +162,40 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 todo.append(self.parents[current])
         return False
 
-    def of_type(self, typ: str) -> list[Recorded]:
-        return [r for r in self.resources if r.type == typ]
+    def of_type(self, typ: str, name_part: str = "") -> list[Recorded]:
+        return [r for r in self.resources if r.type == typ and name_part in r.name]
 
     def one(self, typ: str, name_part: str = "") -> Recorded:
-        found = [r for r in self.of_type(typ) if name_part in r.name]
+        found = self.of_type(typ, name_part)
         assert len(found) == 1, (typ, name_part, [r.name for r in found])
         return found[0]
+
+
+def _session_context(arn: str) -> dict:
+    """iam.getSessionContext: an assumed-role ARN maps to its role (the provider looks the role up
+    with iam:GetRole, so the issuer ARN carries the role's path); any other ARN maps to itself."""
+    partition, service, account, resource = arn.split(":")[1], arn.split(":")[2], \
+        arn.split(":")[4], arn.split(":")[5]
+    if service == "sts" and resource.startswith("assumed-role/"):
+        _, role, session = resource.split("/", 2)
+        return {"arn": arn, "issuerArn": f"arn:{partition}:iam::{account}:role/{role}",
+                "issuerId": "AROAEXAMPLE", "issuerName": role, "sessionName": session, "id": arn}
+    return {"arn": arn, "issuerArn": arn, "issuerId": "", "issuerName": "", "sessionName": "",
+            "id": arn}
+
+
+def _describe_zones(zones: list[tuple[str, str, str]], args: dict) -> list[tuple[str, str, str]]:
+    """DescribeAvailabilityZones as the aws provider calls it: every filter it sends is applied
+    (an unknown filter is an error, as EC2 answers), and the exclusions too."""
+    fields = {"zone-name": 0, "zone-id": 1, "opt-in-status": 2}
+    for f in args.get("filters") or []:
+        if f["name"] not in fields:
+            raise ValueError(f"mock DescribeAvailabilityZones: unsupported filter {f['name']}")
+        zones = [z for z in zones if z[fields[f["name"]]] in f["values"]]
+    if args.get("state") not in (None, "available"):
+        zones = []
+    return [z for z in zones if z[0] not in (args.get("excludeNames") or ())
+            and z[1] not in (args.get("excludeZoneIds") or ())]
 
 
 def _has_resource(value) -> bool:
@@ -118,7 +210,8 @@ def _has_resource(value) -> bool:
 
 def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
                 offering: list[str] | None = None, secrets: dict[str, str] | None = None,
-                mocks: RecordingMocks | None = None) -> RecordingMocks:
+                mocks: RecordingMocks | None = None,
+                aws_config: dict[str, str] | None = None) -> RecordingMocks:
     """The real program (program.run) under mocks, with the stack file's config + overrides."""
     import program
 
@@ -129,6 +222,7 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
                              monitor=RecordingMonitor(mocks))
     config = {f"{PROJECT}:{k}": v for k, v in raw.items()}
     config["aws:region"] = region
+    config.update({f"aws:{k}": v for k, v in (aws_config or {}).items()})
     config.update({f"{PROJECT}:{k}": v for k, v in (secrets or {}).items()})
     pulumi.runtime.set_all_config(config, [f"{PROJECT}:{k}" for k in secrets or {}])
 

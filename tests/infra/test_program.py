@@ -8,11 +8,13 @@ import pytest
 
 from infra.policies import NODE_POLICY_ARNS
 from infra.zones import NetworkError
-from tests.infra.mocks import ZONES, RecordingMocks, run_program
+from infra.zones import EKS_UNSUPPORTED_ZONE_IDS
+from tests.infra.mocks import ZONE_DATA, ZONES, RecordingMocks, run_program
 from tests.stack.stacks import STACK_FILES, stack_name
 
 DEV = next(p for p in STACK_FILES if stack_name(p) == "dev")
-EKS_MNG = "eks:index:ManagedNodeGroup"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +28,9 @@ def test_every_stack_file_deploys_the_full_graph(path):
     for typ in ("aws:ec2/vpc:Vpc", "aws:ec2/natGateway:NatGateway", "eks:index:Cluster",
                 "aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/placementGroup:PlacementGroup",
                 "aws:s3/bucket:Bucket", "aws:eks/podIdentityAssociation:PodIdentityAssociation",
-                "kubernetes:ray.io/v1:RayCluster"):
+                "kubernetes:core/v1:ConfigMap"):  # the Ray workloads (a RayJob only if runJob)
         assert m.of_type(typ), typ
-    assert len(m.of_type(EKS_MNG)) == 2 and len(m.of_type("kubernetes:helm.sh/v3:Release")) == 3
+    assert len(m.of_type(NODE_GROUP)) == 2 and len(m.of_type("kubernetes:helm.sh/v3:Release")) == 4
     assert len(m.of_type("aws:ec2/natGateway:NatGateway")) == 1  # one NAT: cost
 
 
@@ -39,41 +41,95 @@ def test_subnets_span_two_zones_with_eks_role_tags_and_gpu_group_in_one(dev):
                for n, s in subnets.items() if "private" in n)
     assert all(s["tags"].get("kubernetes.io/role/elb") == "1"
                for n, s in subnets.items() if "public" in n)
-    gpu = dev.one(EKS_MNG, "gpu").inputs
+    gpu = dev.one(NODE_GROUP, "gpu").inputs
     assert gpu["subnetIds"] == ["net-private-0-id"]
     # us-west-2a does not offer the type in these mocks: the first zone that does is chosen.
     assert subnets["net-private-0"]["availabilityZone"] == ZONES["us-west-2"][1]
 
 
+@pytest.mark.parametrize("path", STACK_FILES, ids=stack_name)
+def test_subnets_avoid_local_zones_and_zone_ids_eks_refuses(path):
+    """The mocks answer like AWS: an opted-in Local Zone sorts first (us-west-2-lax-1a) and
+    us-east-1b is use1-az3; both would become control-plane subnets without the filter."""
+    m = run_program(path)
+    ids = {name: zid for name, zid, _ in ZONE_DATA[m.region]}
+    used = {r.inputs["availabilityZone"] for r in m.of_type("aws:ec2/subnet:Subnet")}
+    assert len(used) == 2 and used <= set(ZONES[m.region])
+    assert not {ids[z] for z in used} & EKS_UNSUPPORTED_ZONE_IDS
+
+
 def test_gpu_node_group_is_efa_wired(dev):
-    gpu = dev.one(EKS_MNG, "gpu").inputs
+    gpu = dev.one(NODE_GROUP, "gpu").inputs
     assert gpu["amiType"] == "AL2023_x86_64_NVIDIA" and gpu["instanceTypes"] == ["g6.12xlarge"]
-    assert gpu["labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
-                             "vpc.amazonaws.com/efa.present": "true"}
-    assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert gpu["launchTemplate"]["id"] == "eks-gpu-lt-id"
-    lt = dev.one("aws:ec2/launchTemplate:LaunchTemplate").inputs
+    lt = dev.one(LT, "gpu-lt").inputs
     nic = lt["networkInterfaces"][0]
     assert (nic["interfaceType"], nic["deviceIndex"], nic["networkCardIndex"]) == ("efa", 0, 0)
     assert nic["securityGroups"] == ["sg-eks-managed"]  # EKS-managed SG: all traffic to itself
     assert lt["placement"]["groupName"] == "eks-gpu-pg"
     assert dev.one("aws:ec2/placementGroup:PlacementGroup").inputs["strategy"] == "cluster"
-    assert lt["metadataOptions"]["httpTokens"] == "required"
     ebs = lt["blockDeviceMappings"][0]["ebs"]
     assert ebs["encrypted"] == "true" and ebs["volumeType"] == "gp3" and ebs["volumeSize"] >= 200
-    assert "capacityReservationSpecification" not in lt
+    assert "capacityReservationSpecification" not in lt and "instanceType" not in lt
+
+
+@pytest.mark.parametrize("template", ["gpu-lt", "system-lt"])
+def test_pods_cannot_reach_the_node_role_through_the_metadata_service(dev, template):
+    # Hop limit 1: the IMDSv2 token never reaches a pod's network namespace; Pod Identity needs none.
+    assert dev.one(LT, template).inputs["metadataOptions"] == {
+        "httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1}
+
+
+def test_gpu_node_group_scales_from_zero_under_the_autoscaler(dev):
+    """min 0 / desired 0 / max = gpuNodeCount; what cluster-autoscaler needs to build a node from
+    the group's description (EFA count tag, labels, a taint with a value); `pulumi up` leaves the
+    desired size to the autoscaler."""
+    gpu = dev.one(NODE_GROUP, "gpu").inputs
+    assert gpu["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
+    assert gpu["tags"]["k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa"] == "1"
+    assert gpu["labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
+                             "vpc.amazonaws.com/efa.present": "true",
+                             "k8s.amazonaws.com/accelerator": "nvidia-l4"}
+    assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+    assert dev.ignore_changes["eks-gpu"] == ["scalingConfig.desiredSize"]
+    assert dev.ignore_changes["eks-system"] == []  # fixed size, owned by the stack
+    assert run_program(DEV, {"gpuNodeCount": "5"}).one(NODE_GROUP, "gpu").inputs[
+        "scalingConfig"]["maxSize"] == 5
+
+
+def test_node_groups_follow_the_cluster_version_and_policies_outlive_them(dev):
+    for group in ("system", "gpu"):
+        # With a launch template EKS (and pulumi-eks) would not default the version: upgrades
+        # of the cluster would never roll these nodes.
+        assert dev.one(NODE_GROUP, group).inputs["version"] == "1.35"
+        assert dev.options[f"eks-{group}"]["deleteBeforeReplace"] is True  # fixed names
+        for arn in NODE_POLICY_ARNS:
+            assert dev.depends_on(f"eks-{group}", f"eks-{group}-node-{arn.rsplit('/', 1)[1]}")
+    assert run_program(DEV, {"kubernetesVersion": "1.34"}).one(NODE_GROUP, "gpu").inputs[
+        "version"] == "1.34"
 
 
 def test_system_node_group_and_cluster_access(dev):
-    system = dev.one(EKS_MNG, "system").inputs
+    system = dev.one(NODE_GROUP, "system").inputs
     assert system["amiType"] == "AL2023_x86_64_STANDARD" and system["labels"] == {"role": "system"}
     assert system["instanceTypes"] == ["m7i.xlarge"] and "taints" not in system
+    # The Ray head and the submitter pull the full Ray Train image here: not the 20 GiB default.
+    assert system["launchTemplate"]["id"] == "eks-system-lt-id"
+    ebs = dev.one(LT, "system-lt").inputs["blockDeviceMappings"][0]["ebs"]
+    assert ebs["volumeSize"] >= 100 and ebs["volumeType"] == "gp3" and ebs["encrypted"] == "true"
     cluster = dev.one("eks:index:Cluster").inputs
     assert cluster["authenticationMode"] == "API" and cluster["skipDefaultNodeGroup"] is True
     assert cluster["publicAccessCidrs"] == ["0.0.0.0/0"]
-    addons = {r.inputs["addonName"] for r in dev.of_type("aws:eks/addon:Addon")}
-    assert addons == {"eks-pod-identity-agent", "coredns"}
     assert dev.depends_on("eks-coredns", "eks-system")  # CoreDNS once system nodes exist
+
+
+def test_eks_addons_are_pinned_and_overwrite_the_self_managed_coredns(dev):
+    addons = {r.inputs["addonName"]: r.inputs for r in dev.of_type("aws:eks/addon:Addon")}
+    assert set(addons) == {"eks-pod-identity-agent", "coredns"}
+    for addon in addons.values():
+        assert addon["resolveConflictsOnCreate"] == addon["resolveConflictsOnUpdate"] == "OVERWRITE"
+    assert addons["coredns"]["addonVersion"] == "v1.13.2-eksbuild.4"
+    assert addons["eks-pod-identity-agent"]["addonVersion"].startswith("v1.")
 
 
 def test_admin_access_entry_and_private_endpoint():
@@ -87,37 +143,79 @@ def test_admin_access_entry_and_private_endpoint():
     assert cluster["endpointPublicAccess"] is False and "publicAccessCidrs" not in cluster
 
 
+@pytest.mark.parametrize("deployer", [
+    "arn:aws:sts::123456789012:assumed-role/deployer/alice",  # SSO or assumed role: its role
+    "arn:aws:iam::123456789012:role/deployer",
+])
+def test_no_second_access_entry_for_the_deployer(deployer):
+    """EKS already gave the cluster's creator an access entry (pulumi-eks always bootstraps it);
+    another one for the same principal is a 409 ResourceInUseException."""
+    mocks = RecordingMocks("us-west-2", deployer=deployer)
+    run_program(DEV, {"adminPrincipalArn": "arn:aws:iam::123456789012:role/deployer"}, mocks=mocks)
+    assert not mocks.one("eks:index:Cluster").inputs.get("accessEntries")
+
+
+def _exec_args(kubeconfig: str) -> list[str]:
+    return json.loads(kubeconfig)["users"][0]["user"]["exec"]["args"]
+
+
+@pytest.mark.parametrize("overrides", [{}, {"existingClusterName": "shared-gpu"}],
+                         ids=["own-cluster", "existing-cluster"])
+def test_kubernetes_provider_authenticates_with_the_stack_profile(overrides):
+    m = run_program(DEV, overrides, aws_config={"profile": "ml-platform"})
+    for provider in m.of_type("pulumi:providers:kubernetes"):  # k8s, and k8s-crds when adopting
+        config = provider.inputs["kubeconfig"]
+        args = _exec_args(config.get("value") if isinstance(config, dict) else config)  # secret
+        assert args[args.index("--profile") + 1] == "ml-platform"
+    assert "--profile" not in _exec_args(m.exports["kubeconfig"])  # for people: their own creds
+    assert "--profile" not in _exec_args(run_program(DEV, overrides).exports["kubeconfig"])
+
+
 def test_node_roles_carry_only_node_policies(dev):
     attached = {r.inputs["policyArn"] for r in dev.of_type(
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
     assert attached == set(NODE_POLICY_ARNS)
 
 
-def test_pausing_scales_gpu_nodes_and_ray_workers_to_zero_and_keeps_everything_else():
+def test_gpu_node_count_zero_keeps_the_whole_stack_and_no_gpu_node_can_start():
+    # Idle GPU nodes now go on their own (scale from zero); gpuNodeCount 0 still deploys everything
+    # else, with the cap EKS requires (max >= 1) and nothing that asks for it.
     paused = run_program(DEV, {"gpuNodeCount": "0"})
-    scaling = paused.one(EKS_MNG, "gpu").inputs["scalingConfig"]
-    assert scaling["desiredSize"] == 0 and scaling["minSize"] == 0 and scaling["maxSize"] >= 1
-    worker = paused.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]["workerGroupSpecs"][0]
-    assert worker["replicas"] == 0
+    scaling = paused.one(NODE_GROUP, "gpu").inputs["scalingConfig"]
+    assert scaling == {"desiredSize": 0, "minSize": 0, "maxSize": 1}
+    assert not paused.of_type("kubernetes:ray.io/v1:RayJob")  # a run needs GPU nodes
     running = run_program(DEV)
-    assert sorted(r.type for r in paused.resources) == sorted(r.type for r in running.resources)
+    assert sorted(r.type for r in paused.resources) == sorted(
+        r.type for r in running.resources if r.type != "kubernetes:ray.io/v1:RayJob")
 
 
-def test_capacity_reservation_goes_into_the_launch_template():
-    m = run_program(DEV, {"capacityReservation": json.dumps(
-        {"id": "cr-0123456789abcdef0", "instanceCount": 2})})
-    lt = m.one("aws:ec2/launchTemplate:LaunchTemplate").inputs
+RESERVATION = {"id": "cr-0123456789abcdef0", "instanceCount": 2}
+
+
+def test_capacity_reservation_goes_into_the_launch_template_without_a_placement_group():
+    m = run_program(DEV, {"capacityReservation": json.dumps(RESERVATION),
+                          "gpuAvailabilityZone": "us-west-2c"})
+    lt = m.one(LT, "gpu-lt").inputs
     target = lt["capacityReservationSpecification"]["capacityReservationTarget"]
     assert target["capacityReservationId"] == "cr-0123456789abcdef0"
-    assert m.one(EKS_MNG, "gpu").inputs["capacityType"] == "ON_DEMAND"
+    assert m.one(NODE_GROUP, "gpu").inputs["capacityType"] == "ON_DEMAND"
+    # A reservation made outside a new placement group may not serve launches into it.
+    assert not m.of_type("aws:ec2/placementGroup:PlacementGroup") and "placement" not in lt
+    # The reservation's zone is the GPU zone.
+    assert m.exports["gpuAvailabilityZone"] == "us-west-2c"
 
 
-def test_capacity_block_uses_its_market_type():
-    m = run_program(DEV, {"capacityBlock": json.dumps(
-        {"id": "cr-0123456789abcdef0", "instanceCount": 4})})
-    lt = m.one("aws:ec2/launchTemplate:LaunchTemplate").inputs
+def test_capacity_block_names_its_instance_type_in_the_launch_template_only():
+    m = run_program(DEV, {"capacityBlock": json.dumps({**RESERVATION, "instanceCount": 4}),
+                          "gpuInstanceType": "p5.48xlarge", "gpuAvailabilityZone": "us-west-2b"})
+    lt = m.one(LT, "gpu-lt").inputs
     assert lt["instanceMarketOptions"]["marketType"] == "capacity-block"
-    assert m.one(EKS_MNG, "gpu").inputs["capacityType"] == "CAPACITY_BLOCK"
+    assert lt["instanceType"] == "p5.48xlarge"
+    assert lt["capacityReservationSpecification"]["capacityReservationTarget"][
+        "capacityReservationId"] == "cr-0123456789abcdef0"
+    gpu = m.one(NODE_GROUP, "gpu").inputs
+    assert gpu["capacityType"] == "CAPACITY_BLOCK" and "instanceTypes" not in gpu
+    assert not m.of_type("aws:ec2/placementGroup:PlacementGroup")
 
 
 def test_no_zone_offering_the_gpu_type_is_a_clear_error_before_any_resource():
@@ -132,6 +230,20 @@ def test_configured_zone_that_lacks_the_type_is_rejected():
         run_program(DEV, {"gpuAvailabilityZone": "us-west-2a"})
 
 
+def test_private_subnets_reach_s3_through_a_gateway_endpoint(dev):
+    endpoint = dev.one("aws:ec2/vpcEndpoint:VpcEndpoint").inputs
+    assert endpoint["serviceName"] == "com.amazonaws.us-west-2.s3"
+    assert endpoint["vpcEndpointType"] == "Gateway"
+    assert endpoint["routeTableIds"] == ["net-private-rt-id"]
+
+
+@pytest.mark.parametrize("force, retained", [("false", True), ("true", False)])
+def test_destroy_keeps_the_bucket_unless_told_to_empty_it(force, retained):
+    m = run_program(DEV, {"forceDestroyBucket": force})
+    assert m.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is (force == "true")
+    assert m.options["ckpt-checkpoints"]["retainOnDelete"] is retained
+
+
 def test_bucket_is_private_encrypted_and_pods_reach_only_it(dev):
     assert dev.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is True  # dev stack setting
     pab = dev.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
@@ -140,7 +252,7 @@ def test_bucket_is_private_encrypted_and_pods_reach_only_it(dev):
     sse = dev.one("aws:s3/bucketServerSideEncryptionConfiguration:"
                   "BucketServerSideEncryptionConfiguration").inputs
     assert sse["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms"
-    policy = json.loads(dev.one("aws:iam/rolePolicy:RolePolicy").inputs["policy"])
+    policy = json.loads(dev.one("aws:iam/rolePolicy:RolePolicy", "ckpt").inputs["policy"])
     resources = {r for s in policy["Statement"] for r in [s["Resource"]]}
     assert resources == {"arn:aws:s3:::ckpt-checkpoints-bucket",
                          "arn:aws:s3:::ckpt-checkpoints-bucket/*"}
@@ -148,7 +260,7 @@ def test_bucket_is_private_encrypted_and_pods_reach_only_it(dev):
     trust = json.loads(next(r for r in dev.of_type("aws:iam/role:Role")
                             if r.name == "ckpt-ray-pods").inputs["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    assoc = dev.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs
+    assoc = dev.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt").inputs
     assert (assoc["namespace"], assoc["serviceAccount"]) == ("ray", "ray-train")
     assert assoc["clusterName"] == "ray-train-dev"
 
@@ -157,12 +269,12 @@ def test_helm_releases_pinned_on_the_right_nodes_and_ordered(dev):
     releases = {r.inputs["chart"]: r for r in dev.of_type("kubernetes:helm.sh/v3:Release")}
     assert {c: r.inputs["version"] for c, r in releases.items()} == {
         "kuberay-operator": "1.7.0", "nvidia-device-plugin": "0.20.0",
-        "aws-efa-k8s-device-plugin": "v0.5.8"}
+        "aws-efa-k8s-device-plugin": "v0.5.30", "cluster-autoscaler": "9.59.0"}
     kuberay = releases["kuberay-operator"].inputs
     assert kuberay["values"]["nodeSelector"] == {"role": "system"} and kuberay["skipCrds"] is True
     for chart in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
         inputs = releases[chart].inputs
-        assert inputs["skipAwait"] is True  # GPU nodes may be paused at zero
+        assert inputs["skipAwait"] is True  # GPU nodes sit at zero between runs
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
             inputs["values"]["tolerations"]
     crds = [r.inputs["file"] for r in dev.of_type("kubernetes:yaml/v2:ConfigFile")]
@@ -172,12 +284,38 @@ def test_helm_releases_pinned_on_the_right_nodes_and_ordered(dev):
     assert dev.depends_on("addons-kuberay-operator", "addons-crd-ray.io_rayclusters.yaml")
 
 
+def test_cluster_autoscaler_release_is_pinned_on_the_system_node_with_its_own_role(dev):
+    release = next(r for r in dev.of_type("kubernetes:helm.sh/v3:Release")
+                   if r.inputs["chart"] == "cluster-autoscaler").inputs
+    assert release["repositoryOpts"]["repo"] == "https://kubernetes.github.io/autoscaler"
+    values = release["values"]
+    # Image minor = the cluster's Kubernetes minor (1.35 by default).
+    assert values["image"]["tag"].startswith("v1.35.")
+    assert values["autoDiscovery"]["clusterName"] == "ray-train-dev"
+    assert values["nodeSelector"] == {"role": "system"} and values["awsRegion"] == "us-west-2"
+    args = values["extraArgs"]
+    assert args["scale-down-unneeded-time"] == args["scale-down-delay-after-add"] == "2m"
+    assert args["balance-similar-node-groups"] is False and args["expander"] == "least-waste"
+    assoc = dev.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "autoscaler").inputs
+    assert (assoc["namespace"], assoc["serviceAccount"]) == ("kube-system", "cluster-autoscaler")
+    assert values["rbac"]["serviceAccount"]["name"] == assoc["serviceAccount"]
+    assert values["fullnameOverride"] == "cluster-autoscaler"  # the README's kubectl commands
+    assert assoc["roleArn"] == "arn:aws:iam::123456789012:role/autoscaler-role"
+    policy = json.loads(dev.one("aws:iam/rolePolicy:RolePolicy", "autoscaler").inputs["policy"])
+    actions = {a for s in policy["Statement"] for a in s["Action"]}
+    assert {"eks:DescribeNodegroup", "autoscaling:SetDesiredCapacity",
+            "autoscaling:TerminateInstanceInAutoScalingGroup"} <= actions
+    assert not {a for a in actions if a.endswith("*")}  # named actions only
+    assert dev.depends_on("addons-cluster-autoscaler", "autoscaler-identity")
+    older = run_program(DEV, {"kubernetesVersion": "1.34"}).one(
+        "kubernetes:helm.sh/v3:Release", "cluster-autoscaler").inputs
+    assert older["values"]["image"]["tag"].startswith("v1.34.")
+
+
 def test_destroy_order_workloads_before_operator_before_node_groups(dev):
-    # Pulumi deletes dependents first: RayJob/RayCluster (finalizers) go while the operator runs,
-    # the operator and plugins while the nodes run.
-    assert dev.depends_on("ray-raycluster", "addons-kuberay-operator")
+    # Pulumi deletes dependents first: the RayJob (finalizer; its cluster goes with it) while
+    # the operator runs, the operator and plugins while the nodes run.
     assert dev.depends_on("ray-rayjob", "addons-kuberay-operator")
-    assert dev.depends_on("ray-rayjob", "ray-raycluster")
     for addon in ("addons-kuberay-operator", "addons-nvidia-device-plugin",
                   "addons-aws-efa-k8s-device-plugin"):
         assert dev.depends_on(addon, "eks-gpu") and dev.depends_on(addon, "eks-system")
@@ -185,7 +323,8 @@ def test_destroy_order_workloads_before_operator_before_node_groups(dev):
 
 def test_run_job_switch_deploys_infrastructure_only():
     m = run_program(DEV, {"runJob": "false"})
-    assert not m.of_type("kubernetes:ray.io/v1:RayJob") and m.of_type("kubernetes:ray.io/v1:RayCluster")
+    assert not m.of_type("kubernetes:ray.io/v1:RayJob")
+    assert not m.of_type("kubernetes:ray.io/v1:RayCluster")  # no long-lived cluster either
 
 
 def test_hub_token_becomes_a_kubernetes_secret_only_when_set(dev):
@@ -201,9 +340,11 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
     assert out["clusterName"] == "ray-train-dev" and out["region"] == "us-west-2"
     assert out["gpuAvailabilityZone"] == "us-west-2b"
     assert out["nodeGroups"] == {"system": "ray-train-dev-system", "gpu": "ray-train-dev-gpu"}
-    assert out["hourlyCostUsd"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
-    assert set(out["hourlyCostBreakdown"]) == {"gpuNodes", "systemNodes", "eksControlPlane",
-                                               "natGateway"}
+    assert out["runCostUsdPerHour"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
+    assert out["idleCostUsdPerHour"] == pytest.approx(
+        out["runCostUsdPerHour"] - out["hourlyCostBreakdown"]["gpuNodesDuringRun"])
+    assert set(out["hourlyCostBreakdown"]) == {"gpuNodesDuringRun", "systemNodes",
+                                               "eksControlPlane", "natGateway"}
     assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
     assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
 
@@ -211,10 +352,55 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
 def test_existing_cluster_mode_deploys_only_addons_and_workloads():
     m = run_program(DEV, {"existingClusterName": "shared-gpu"})
     types = {r.type for r in m.resources}
-    assert not types & {"eks:index:Cluster", EKS_MNG, "aws:ec2/vpc:Vpc"}
+    assert not types & {"eks:index:Cluster", NODE_GROUP, "aws:ec2/vpc:Vpc"}
     assert len(m.of_type("kubernetes:helm.sh/v3:Release")) == 3
-    assert m.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs[
+    assert not m.of_type("kubernetes:helm.sh/v3:Release", "cluster-autoscaler")
+    assert m.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt").inputs[
         "clusterName"] == "shared-gpu"
+
+
+def test_existing_cluster_adopts_kuberay_crds_that_are_already_there(dev):
+    """pulumi-kubernetes >= 4.29 creates with a plain POST: an existing CRD is AlreadyExists
+    unless the provider upserts. Only the CRDs go through that provider."""
+    m = run_program(DEV, {"existingClusterName": "shared-gpu"})
+    upsert = m.one("pulumi:providers:kubernetes", "k8s-crds").inputs
+    assert upsert["upsertExistingObjects"] in (True, "true")
+    crds = [r.name for r in m.of_type("kubernetes:yaml/v2:ConfigFile")]
+    assert len(crds) == 3 and all(m.providers[c] == {"k8s-crds"} for c in crds)
+    assert m.providers["addons-kuberay-operator"] == {"k8s"}
+    # A cluster this stack creates has no CRDs yet: one provider, no upsert anywhere.
+    assert not dev.of_type("pulumi:providers:kubernetes", "k8s-crds")
+
+
+def test_existing_cluster_node_selectors_are_configurable():
+    m = run_program(DEV, {"existingClusterName": "shared-gpu",
+                          "systemNodeSelector": json.dumps({"pool": "general"})},
+                    mocks=_existing(system={"labels": {"pool": "general"}, "taints": []}))
+    operator = m.one("kubernetes:helm.sh/v3:Release", "kuberay").inputs
+    assert operator["values"]["nodeSelector"] == {"pool": "general"}
+
+
+def _existing(**groups) -> RecordingMocks:
+    mocks = RecordingMocks("us-west-2")
+    mocks.existing_node_groups.update(groups)
+    return mocks
+
+
+def test_existing_cluster_that_lacks_labels_taint_or_pod_identity_fails_before_any_resource():
+    from infra.existing import ExistingClusterError
+
+    mocks = _existing(gpu={"labels": {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
+                                      "vpc.amazonaws.com/efa.present": "true"}, "taints": []},
+                      system={"labels": {"team": "a"}, "taints": []})
+    mocks.existing_addons.discard("eks-pod-identity-agent")
+    with pytest.raises(ExistingClusterError) as error:
+        run_program(DEV, {"existingClusterName": "shared-gpu"}, mocks=mocks)
+    message = str(error.value)
+    assert message.startswith("existingClusterName: shared-gpu is not ready")
+    assert "no node group is labelled {'role': 'system'}" in message and "systemNodeSelector" in message
+    assert "node group gpu lacks the taint nvidia.com/gpu=true:NoSchedule" in message
+    assert "aws eks create-addon --cluster-name shared-gpu --addon-name eks-pod-identity-agent" in message
+    assert mocks.resources == []
 
 
 def test_bad_config_stops_the_program_before_any_resource():
@@ -223,4 +409,20 @@ def test_bad_config_stops_the_program_before_any_resource():
     mocks = RecordingMocks("us-west-2")
     with pytest.raises(ConfigError, match="gpuNodeCount"):
         run_program(DEV, {"gpuNodeCount": "-3"}, mocks=mocks)
+    assert mocks.resources == []
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"gpuNodes": "3"}, "gpuNodes: unknown key; did you mean gpuNodeCount?"),
+    ({"training": '{"maxFailure": 1}'}, "training.maxFailure: unknown key; did you mean "
+                                        "training.maxFailures?"),
+])
+def test_a_typo_in_a_stack_key_fails_under_pulumi_up_before_any_resource(overrides, key):
+    """`pulumi up` hands the program every key of the stack (stack.pulumi_config), so a typo
+    is an error naming the key and its closest known key, not a silently ignored value."""
+    from stack.config import ConfigError
+
+    mocks = RecordingMocks("us-west-2")
+    with pytest.raises(ConfigError, match=key.replace("?", r"\?")):
+        run_program(DEV, overrides, mocks=mocks)
     assert mocks.resources == []

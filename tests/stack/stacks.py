@@ -1,12 +1,13 @@
-"""Committed stack files as the raw values Pulumi hands the program."""
+"""Committed stack files as the raw values Pulumi hands the program: Pulumi.yaml's defaults
+merged under each stack's own values, as the CLI does (stack.config.declared)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
 
+from stack.config import as_config_string, declared
 from tests.conftest import REPO
 
 PROJECT = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["name"]
@@ -18,13 +19,12 @@ def stack_name(path: Path) -> str:
 
 
 def raw_config(path: Path) -> tuple[dict[str, str], str]:
-    """(project keys -> values as strings, as `pulumi.Config.get` returns them; aws:region)."""
+    """(every project key -> its value as a string, as `pulumi.Config.get` returns it under
+    `pulumi up`; aws:region)."""
     config = yaml.safe_load(path.read_text())["config"]
-    raw = {}
+    raw = dict(declared())
     for key, value in config.items():
         ns, _, name = key.partition(":")
-        if ns != PROJECT:
-            continue
-        raw[name] = (json.dumps(value) if isinstance(value, (dict, list))
-                     else str(value).lower() if isinstance(value, bool) else str(value))
+        if ns == PROJECT:
+            raw[name] = as_config_string(value)
     return raw, config["aws:region"]

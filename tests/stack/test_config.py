@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import pytest
 
@@ -56,6 +57,16 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
      "capacityReservation and capacityBlock", "remove one"),
     ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 1})},
      "gpuNodeCount", "do not fit capacityReservation"),
+    # A reservation lives in one zone: its instances cannot launch in the zone we would pick.
+    ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 2})},
+     "gpuAvailabilityZone", "required with a capacityReservation or capacityBlock"),
+    ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 2}),
+      "gpuAvailabilityZone": "us-west-2b"}, "capacityBlock",
+     "g6.12xlarge is not known to be sold as EC2 Capacity Blocks (known: p5.48xlarge)"),
+    ({"gpuNodeSelector": json.dumps({"pool": "gpu"})}, "gpuNodeSelector", "only with existingClusterName"),
+    ({"systemNodeSelector": json.dumps({"pool": 1}), "existingClusterName": "shared"},
+     "systemNodeSelector", "expected a non-empty mapping"),
+    ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "KUBERNETES_RELEASES (known: 1.34, 1.35)"),
     ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0"})}, "capacityBlock", "instanceCount"),
     ({"image": "public.ecr.aws/x/ray"}, "image", "needs a tag"),
     ({"adminPrincipalArn": "arn:aws:iam::12:role/x"}, "adminPrincipalArn", "not an IAM role"),
@@ -63,6 +74,15 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
     ({"training": json.dumps({"steps": 0, "lr": -1})}, "training.steps", "at least 1"),
     ({"training": json.dumps({"stpes": 10})}, "training.stpes", "unknown key"),
     ({"gpuNodes": "2"}, "gpuNodes", "unknown key"),
+    ({"capacityReservation": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": "two"})},
+     "capacityReservation.instanceCount", "whole number"),
+    ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": 2.7})},
+     "capacityBlock.instanceCount", "whole number"),
+    ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": None})},
+     "capacityBlock.instanceCount", "whole number"),
+    ({"jobDeadlineSeconds": "600"}, "jobDeadlineSeconds", "covers node boot and image pull"),
+    ({"vpcCidr": ""}, "vpcCidr", "empty; set a value"),
+    ({"training": json.dumps({"lr": "fast"})}, "training.lr", "expected float"),
 ])
 def test_bad_input_is_rejected_naming_its_key_and_fix(raw, key, fix):
     found = problems(raw)
@@ -76,19 +96,97 @@ def test_every_problem_is_reported_at_once():
         assert any(p.startswith(key) for p in found), (key, found)
 
 
-def test_paused_stack_is_valid_and_costs_no_gpu():
+def test_cost_idle_and_during_a_run():
     from infra.cost import hourly_cost
 
-    cfg = parse({"gpuNodeCount": "0"}, "us-west-2")
-    assert cfg.paused and cfg.num_workers == 0
-    cost = hourly_cost(cfg)
-    assert cost["breakdown"]["gpuNodes"] == 0
-    running = hourly_cost(parse({}, "us-west-2"))
+    before_extended = date(2026, 11, 30)
+    cost = hourly_cost(parse({}, "us-west-2"), before_extended)
     # The reference quotes ~9.50 USD/h for 2x g6.12xlarge + system node + EKS + NAT.
-    assert 9.0 < running["hourlyCostUsd"] < 10.0
-    assert running["hourlyCostUsd"] == pytest.approx(sum(running["breakdown"].values()))
+    assert 9.0 < cost["runUsdPerHour"] < 10.0
+    assert cost["runUsdPerHour"] == pytest.approx(sum(cost["breakdown"].values()))
+    assert cost["idleUsdPerHour"] == pytest.approx(
+        cost["runUsdPerHour"] - cost["breakdown"]["gpuNodesDuringRun"])
+    assert cost["idleUsdPerHour"] < 0.5  # control plane, NAT gateway and one m7i.xlarge
+    none = hourly_cost(parse({"gpuNodeCount": "0"}, "us-west-2"), before_extended)
+    assert none["runUsdPerHour"] == none["idleUsdPerHour"]
+
+
+@pytest.mark.parametrize("version, today, price", [
+    ("1.34", date(2026, 12, 2), 0.10),  # last day of standard support
+    ("1.34", date(2026, 12, 3), 0.60),  # extended support from then on
+    ("1.35", date(2026, 12, 3), 0.10),
+])
+def test_control_plane_price_follows_the_version_support(version, today, price):
+    from infra.cost import hourly_cost
+
+    cost = hourly_cost(parse({"kubernetesVersion": version}, "us-west-2"), today)
+    assert cost["breakdown"]["eksControlPlane"] == price
+
+
+def test_default_kubernetes_version_is_in_standard_support_for_months():
+    from stack.catalog import KUBERNETES_RELEASES
+
+    version = parse({}, "us-west-2").kubernetes_version
+    assert KUBERNETES_RELEASES[version].standard_support_end >= date(2027, 3, 1)
 
 
 def test_gpu_family_is_a_config_change():
     cfg = parse({"gpuInstanceType": "p5.48xlarge", "gpuNodeCount": "2"}, "us-east-1")
     assert cfg.gpu.gpus == 8 and cfg.gpu.efa_interfaces == 32 and cfg.num_workers == 16
+
+
+def test_declared_keys_are_exactly_the_keys_the_program_reads():
+    import yaml
+
+    from stack.config import FIELDS, PULUMI_YAML, SECRET_KEYS
+
+    declared = set(yaml.safe_load(PULUMI_YAML.read_text())["config"])
+    assert declared == set(FIELDS) | set(SECRET_KEYS)
+
+
+def test_every_declared_key_has_a_default_so_a_new_stack_needs_no_config():
+    """Pulumi requires a value for a declared key without a default (pkg/workspace/config.go)."""
+    import yaml
+
+    from stack.config import PULUMI_YAML
+
+    config = yaml.safe_load(PULUMI_YAML.read_text())["config"]
+    assert all("default" in spec for spec in config.values())
+    cfg = parse({}, "us-west-2", default_name="eks-ray-train-new")
+    assert cfg.name == "eks-ray-train-new" and cfg.training.max_failures == 2
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"gpuNodes": "3"}, "gpuNodes: unknown key; did you mean gpuNodeCount?"),
+    ({"training": json.dumps({"stpes": 10})}, "training.stpes: unknown key; did you mean training.steps?"),
+    ({"training": json.dumps({"maxFailure": 1})}, "did you mean training.maxFailures?"),
+    ({"training": json.dumps({"numWorkers": 4})}, "training.numWorkers: not a setting here"),
+    ({"training": json.dumps({"storagePath": "/tmp"})}, "training.storagePath: not a setting here"),
+    ({"training": json.dumps({"compile": "yes"})}, "training.compile: expected bool or null"),
+    ({"training": json.dumps({"gradAccum": 0})}, "training.gradAccum (--grad-accum) must be at least 1"),
+    ({"training": json.dumps(["steps"])}, "training: expected an object"),
+    ({"extraPip": json.dumps("datasets")}, "extraPip: expected a list of strings"),
+])
+def test_typos_and_misplaced_settings_name_the_key_and_the_fix(raw, message):
+    assert any(message in p for p in problems(raw)), problems(raw)
+
+
+def test_numbers_set_with_pulumi_config_path_arrive_as_text_and_are_read_as_numbers():
+    """`pulumi config set --path training.lr 0.0002` stores a string."""
+    cfg = parse({"training": json.dumps({"lr": "0.0002", "memoryBudgetGib": "22.5"})}, "us-west-2")
+    assert cfg.training.lr == 0.0002 and cfg.training.memory_budget_gib == 22.5
+
+
+@pytest.mark.parametrize("project, stack, expected", [
+    ("eks-ray-train", "dev", "eks-ray-train-dev"),
+    ("eks-ray-train", "Prod_US.East", "eks-ray-train-prod-us-east"),
+    ("eks-ray-train", "a-very-long-stack-name-for-testing", "eks-ray-train-a-very-long-stack-name"),
+    ("eks-ray-train", "a" * 21 + "-b", "eks-ray-train-" + "a" * 21),  # no trailing '-'
+    ("9", "Dev", "dev"),
+])
+def test_the_default_cluster_name_is_a_valid_one(project, stack, expected):
+    from stack.pulumi_config import default_cluster_name
+
+    name = default_cluster_name(project, stack)
+    assert name == expected
+    parse({}, "us-west-2", default_name=name)  # valid: no ConfigError

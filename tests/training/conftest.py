@@ -1,4 +1,5 @@
-"""Fixtures for tests that run the real job: one local Ray for the session, a tiny tokenizer, S3."""
+"""Fixtures for tests that run the real job: a tiny tokenizer, S3 (the shared local Ray is in
+tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,6 @@ import time
 import pytest
 
 from tests.conftest import REPO
-
-
-@pytest.fixture(scope="session")
-def ray_session():
-    """A local Ray shared by the job tests (starting one per test would triple the suite's time)."""
-    import ray
-
-    from training import quiet
-
-    quiet.install()
-    from training.ray_setup import worker_env
-
-    # The controller polls workers every 2 s by default; faster polls, shorter tests.
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {**worker_env(), "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}})
-    yield ray
-    ray.shutdown()
 
 
 @pytest.fixture(scope="session")

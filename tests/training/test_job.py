@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -28,11 +29,16 @@ def read_metrics(tmp_path, name="qwen-fsdp") -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_loss_halves_on_a_repeated_batch(tmp_path):
+def test_loss_halves_on_a_repeated_batch(tmp_path, monkeypatch):
+    started = tmp_path / "run-started-at"  # as the run's Ray head records it, 100 s ago
+    started.write_text(str(int(time.time()) - 100))
+    monkeypatch.setenv(cli.RUN_STARTED_ENV, str(started))
     s = run(tmp_path, "--data", "repeat", "--steps", "30", "--lr", "1e-2", "--seq-len", "64",
             "--log-every", "10")
     assert s["steps"] == 30 and s["world_size"] == 2
     assert s["last_loss"] < 0.5 * s["first_loss"], s
+    # Time to first step counts from the run's start, and the workers' wait is part of it.
+    assert 100 <= s["waited_for_workers_s"] < s["time_to_first_step_s"], s
     assert (tmp_path / "runs/qwen-fsdp/metrics.png").stat().st_size > 0
 
 

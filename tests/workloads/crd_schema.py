@@ -48,6 +48,8 @@ def _check(value, schema: dict, path: str, errors: list[str]) -> None:
         return
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{path}: {value!r} not in {schema['enum']}")
+    if "minimum" in schema and isinstance(value, (int, float)) and value < schema["minimum"]:
+        errors.append(f"{path}: {value!r} is below the minimum {schema['minimum']}")
     if isinstance(value, dict):
         props = schema.get("properties")
         for req in schema.get("required", []):
@@ -66,3 +68,27 @@ def _check(value, schema: dict, path: str, errors: list[str]) -> None:
     elif isinstance(value, list) and "items" in schema:
         for i, item in enumerate(value):
             _check(item, schema["items"], f"{path}[{i}]", errors)
+
+
+def rayjob_rules(job: dict) -> list[str]:
+    """The rules of KubeRay v1.7.0's ValidateRayJobSpec and validateDeletionConfiguration
+    (ray-operator/controllers/ray/utils/validation.go) that bear on the fields we set: what the
+    operator rejects at reconcile time beyond the schema (the RayJob is then marked Failed
+    without ever running). Not covered: ValidateRayClusterSpec and ValidateRayJobMetadata."""
+    spec, errors = job["spec"], []
+    selector = bool(spec.get("clusterSelector"))
+    shutdown = spec.get("shutdownAfterJobFinishes", False)
+    if not selector and "rayClusterSpec" not in spec:
+        errors.append("one of rayClusterSpec or clusterSelector must be set")
+    if selector and spec.get("backoffLimit", 0) > 0:
+        errors.append("backoffLimit is incompatible with clusterSelector")
+    if spec.get("ttlSecondsAfterFinished", 0) > 0 and not shutdown:
+        errors.append("ttlSecondsAfterFinished needs shutdownAfterJobFinishes")
+    if shutdown and spec.get("deletionStrategy", {}).get("deletionRules"):
+        errors.append("shutdownAfterJobFinishes and deletionStrategy.deletionRules are exclusive")
+    if spec.get("suspend") and not shutdown:
+        errors.append("suspend needs shutdownAfterJobFinishes")
+    for key in ("activeDeadlineSeconds", "preRunningDeadlineSeconds"):
+        if key in spec and spec[key] <= 0:
+            errors.append(f"{key} must be a positive integer")
+    return errors

@@ -1,4 +1,5 @@
-"""RayCluster/RayJob builders: strict CRD validation for every stack, and their semantics."""
+"""The RayJob builder (with its per-run cluster): strict CRD validation for every stack, KubeRay's
+own rules, and the manifests' semantics."""
 
 from __future__ import annotations
 
@@ -14,18 +15,17 @@ from stack.config import parse
 from stack.kube import RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX
 from tests.conftest import KUBERAY_CRDS, REPO, need
 from tests.stack.stacks import STACK_FILES, raw_config, stack_name
-from tests.workloads.crd_schema import load_schema, validate
+from tests.workloads.crd_schema import load_schema, rayjob_rules, validate
 from workloads.code_bundle import CodeBundleError, bundle
-from workloads.raycluster import build_raycluster
-from workloads.rayjob import build_rayjob, job_hash
+from workloads.raycluster import build_cluster_spec
+from workloads.rayjob import build_rayjob, head_service, job_hash
 
 S3 = "s3://ckpt-bucket/runs"
 
 
 @pytest.fixture(scope="module")
-def schemas():
-    return {kind: load_schema(need(KUBERAY_CRDS / f"ray.io_{kind.lower()}s.yaml"))
-            for kind in ("RayCluster", "RayJob")}
+def schema():
+    return load_schema(need(KUBERAY_CRDS / "ray.io_rayjobs.yaml"))
 
 
 @pytest.fixture(scope="module")
@@ -40,33 +40,57 @@ def stack(path=STACK_FILES[0], **overrides):
 
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=stack_name)
-@pytest.mark.parametrize("overrides", [{}, {"gpuNodeCount": "0"}, {"strictEfa": "true"}],
-                         ids=["as-committed", "paused", "strict"])
-def test_every_manifest_of_every_stack_validates_strictly(schemas, code, path, overrides):
-    cfg = stack(path, **overrides)
-    assert validate(build_raycluster(cfg), schemas["RayCluster"]) == []
-    assert validate(build_rayjob(cfg, code, S3), schemas["RayJob"]) == []
+@pytest.mark.parametrize("overrides", [{}, {"gpuNodeCount": "1"}, {"strictEfa": "true"}],
+                         ids=["as-committed", "one-node", "strict"])
+def test_every_rayjob_of_every_stack_validates_strictly(schema, code, path, overrides):
+    """The RayJob with its nested rayClusterSpec: the CRD schema and KubeRay's own rules."""
+    job = build_rayjob(stack(path, **overrides), code, S3)
+    assert validate(job, schema) == []
+    assert rayjob_rules(job) == []
 
 
-def test_validator_rejects_a_typo_and_a_wrong_type(schemas):
-    rc = build_raycluster(stack())
-    typo = copy.deepcopy(rc)
-    typo["spec"]["workerGroupSpecs"][0]["replica"] = 2
-    assert any("replica: unknown field" in e for e in validate(typo, schemas["RayCluster"]))
-    wrong = copy.deepcopy(rc)
-    wrong["spec"]["workerGroupSpecs"][0]["replicas"] = "2"
-    assert any("replicas: expected integer" in e for e in validate(wrong, schemas["RayCluster"]))
-    deep = copy.deepcopy(rc)
-    deep["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
-    assert validate(deep, schemas["RayCluster"])
-    meta = copy.deepcopy(rc)
+def test_validator_rejects_a_typo_a_wrong_type_and_a_value_below_minimum(schema, code):
+    job = build_rayjob(stack(), code, S3)
+    typo = copy.deepcopy(job)
+    typo["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replica"] = 2
+    assert any("replica: unknown field" in e for e in validate(typo, schema))
+    wrong = copy.deepcopy(job)
+    wrong["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "2"
+    assert any("replicas: expected integer" in e for e in validate(wrong, schema))
+    deep = copy.deepcopy(job)
+    cluster_spec(deep)["headGroupSpec"]["template"]["spec"]["containers"][0][
+        "imagePullPolcy"] = "Always"
+    assert validate(deep, schema)
+    meta = copy.deepcopy(job)
     meta["metadata"]["nmae"] = "x"
-    assert validate(meta, schemas["RayCluster"])
+    assert validate(meta, schema)
+    low = copy.deepcopy(job)
+    low["spec"]["preRunningDeadlineSeconds"] = 0
+    assert any("below the minimum 1" in e for e in validate(low, schema))
 
 
-def containers(rc: dict, group: str) -> dict:
-    spec = rc["spec"]["headGroupSpec"] if group == "head" else rc["spec"]["workerGroupSpecs"][0]
-    return spec["template"]["spec"]["containers"][0]
+def test_kuberay_rules_reject_what_the_operator_would_fail(code):
+    job = build_rayjob(stack(), code, S3)
+    rules = copy.deepcopy(job)
+    rules["spec"]["deletionStrategy"] = {"deletionRules": [{"policy": "DeleteCluster"}]}
+    assert any("exclusive" in e for e in rayjob_rules(rules))
+    selector = copy.deepcopy(job)
+    del selector["spec"]["rayClusterSpec"]
+    assert any("rayClusterSpec or clusterSelector" in e for e in rayjob_rules(selector))
+    selector["spec"].update(clusterSelector={"ray.io/cluster": "x"}, backoffLimit=1)
+    assert any("backoffLimit" in e for e in rayjob_rules(selector))
+    keep = copy.deepcopy(job)
+    keep["spec"]["shutdownAfterJobFinishes"] = False
+    assert any("ttlSecondsAfterFinished" in e for e in rayjob_rules(keep))
+
+
+def cluster_spec(job: dict) -> dict:
+    return job["spec"]["rayClusterSpec"]
+
+
+def containers(spec: dict, group: str) -> dict:
+    g = spec["headGroupSpec"] if group == "head" else spec["workerGroupSpecs"][0]
+    return g["template"]["spec"]["containers"][0]
 
 
 def env(container: dict) -> dict:
@@ -74,11 +98,11 @@ def env(container: dict) -> dict:
 
 
 def test_head_has_no_gpus_and_void_devices_on_the_system_node():
-    rc = build_raycluster(stack())
-    head = rc["spec"]["headGroupSpec"]
+    spec = build_cluster_spec(stack())
+    head = spec["headGroupSpec"]
     assert head["rayStartParams"]["num-cpus"] == "0" and head["rayStartParams"]["num-gpus"] == "0"
     assert all(isinstance(v, str) for v in head["rayStartParams"].values())
-    c = containers(rc, "head")
+    c = containers(spec, "head")
     assert env(c)["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert "nvidia.com/gpu" not in c["resources"]["limits"]
     assert c["resources"]["requests"] == c["resources"]["limits"]
@@ -88,54 +112,83 @@ def test_head_has_no_gpus_and_void_devices_on_the_system_node():
 
 @pytest.mark.parametrize("gpu_type, gpus, efa", [("g6.12xlarge", 4, 1), ("g6e.12xlarge", 4, 1),
                                                  ("p5.48xlarge", 8, 32)])
-def test_gpu_family_switch_is_config_only(schemas, code, gpu_type, gpus, efa):
+def test_gpu_family_switch_is_config_only(schema, code, gpu_type, gpus, efa):
     cfg = stack(gpuInstanceType=gpu_type)
-    rc = build_raycluster(cfg)
-    worker = rc["spec"]["workerGroupSpecs"][0]
-    c = containers(rc, "worker")
+    job = build_rayjob(cfg, code, S3)
+    spec = cluster_spec(job)
+    worker = spec["workerGroupSpecs"][0]
+    c = containers(spec, "worker")
     limits = c["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == str(gpus) == worker["rayStartParams"]["num-gpus"]
     assert limits["vpc.amazonaws.com/efa"] == str(efa)
     assert int(limits["cpu"]) < cfg.gpu.vcpus and int(limits["memory"][:-2]) < cfg.gpu.memory_gib
     assert c["resources"]["requests"] == limits
-    assert worker["replicas"] == cfg.gpu_node_count
-    assert f"--num-workers {cfg.gpu_node_count * gpus}" in build_rayjob(cfg, code, S3)["spec"][
-        "entrypoint"]
-    assert validate(rc, schemas["RayCluster"]) == []
+    assert f"--num-workers {cfg.gpu_node_count * gpus}" in job["spec"]["entrypoint"]
+    assert validate(job, schema) == []
+
+
+@pytest.mark.parametrize("nodes", ["1", "2", "4"])
+def test_the_run_gets_exactly_one_worker_pod_per_gpu_node(nodes):
+    """replicas = min = max: KubeRay submits only once every worker runs (the cluster is Ready
+    when all its pods run), and Ray's autoscaler has nothing to add or remove."""
+    worker = build_cluster_spec(stack(gpuNodeCount=nodes))["workerGroupSpecs"][0]
+    assert worker["replicas"] == worker["minReplicas"] == worker["maxReplicas"] == int(nodes)
+    assert "enableInTreeAutoscaling" not in build_cluster_spec(stack())
 
 
 def test_worker_env_volumes_and_lifecycle():
-    rc = build_raycluster(stack())
-    worker = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    spec = build_cluster_spec(stack())
+    worker = spec["workerGroupSpecs"][0]["template"]["spec"]
     c = worker["containers"][0]
     e = env(c)
     assert e["FI_PROVIDER"] == "efa" and e["NCCL_SOCKET_IFNAME"] == "eth0"
     assert e["NCCL_DEBUG"] == "INFO" and "NCCL_NET_PLUGIN" in e and "NCCL_NET" not in e
     assert "FI_EFA_USE_DEVICE_RDMA" not in e  # not on g6: L4 has no GPUDirect RDMA
-    assert env(containers(build_raycluster(stack(strictEfa="true")), "worker"))[
-        "NCCL_NET"] == "AWS Libfabric"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in worker[
         "tolerations"]
     assert worker["nodeSelector"] == {"role": "gpu-worker"}
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
     assert {"/dev/shm", "/tmp/ray"} <= mounts
     assert c["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
-    assert rc["spec"]["rayVersion"] == "2.58.0"
-    head_image = containers(rc, "head")["image"]
+    assert spec["rayVersion"] == "2.58.0"
+    head_image = containers(spec, "head")["image"]
     assert head_image == c["image"] == stack().image
+
+
+def test_strict_efa_uses_the_plugins_own_name():
+    """aws-ofi-nccl >= 1.13 names itself `Libfabric` (src/nccl_ofi_interface_nvidia.c); the image
+    ships 1.20, where "AWS Libfabric" only works through a compatibility constructor."""
+    worker = containers(build_cluster_spec(stack(strictEfa="true")), "worker")
+    assert env(worker)["NCCL_NET"] == "Libfabric"
 
 
 def test_names_within_limits_for_the_longest_allowed_cluster_name(code):
     cfg = stack(clusterName="a" * (RAYJOB_NAME_MAX - 11))
-    assert len(build_raycluster(cfg)["metadata"]["name"]) <= RAYCLUSTER_NAME_MAX
-    assert len(build_rayjob(cfg, code, S3)["metadata"]["name"]) == RAYJOB_NAME_MAX
+    name = build_rayjob(cfg, code, S3)["metadata"]["name"]
+    assert len(name) == RAYJOB_NAME_MAX
+    # KubeRay names the run's cluster `<rayjob>-<5 random>` (utils.GenerateRayClusterName).
+    assert len(name) + 6 <= RAYCLUSTER_NAME_MAX
+    assert head_service(name) == f"{name}-head-svc"
 
 
-def test_job_targets_the_cluster_with_deadlines_and_code_as_working_dir(code):
+def test_job_brings_its_own_cluster_and_ends_it(code):
     cfg = stack()
     job = build_rayjob(cfg, code, S3)["spec"]
-    assert job["clusterSelector"] == {"ray.io/cluster": cfg.name}
-    assert job["activeDeadlineSeconds"] > 0 and job["preRunningDeadlineSeconds"] > 0
+    assert "clusterSelector" not in job and "deletionStrategy" not in job
+    assert job["shutdownAfterJobFinishes"] is True
+    assert 60 <= job["ttlSecondsAfterFinished"] <= 900  # minutes to read logs, not hours of GPUs
+    assert job["activeDeadlineSeconds"] == cfg.job_deadline_seconds
+    # Scale-from-zero: node boot plus a large image pull fit before the submission deadline.
+    assert job["preRunningDeadlineSeconds"] >= 20 * 60
+    assert job["submitterConfig"]["backoffLimit"] >= 2  # KubeRay's retry, idempotent submit
+    assert job.get("backoffLimit", 0) == 0  # a whole new cluster per retry: not by default
+    submitter = job["submitterPodTemplate"]["spec"]
+    assert submitter["nodeSelector"] == {"role": "system"}
+
+
+def test_job_code_is_the_working_dir_and_flags_are_the_clis(code):
+    cfg = stack()
+    job = build_rayjob(cfg, code, S3)["spec"]
     runtime_env = yaml.safe_load(job["runtimeEnvYAML"])
     mount = job["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
     assert runtime_env == {"working_dir": mount}
@@ -150,16 +203,9 @@ def test_job_targets_the_cluster_with_deadlines_and_code_as_working_dir(code):
 
 
 def test_extra_pip_packages_go_through_runtime_env(code):
-    cfg = stack(training=json.dumps({"extraPip": ["datasets==4.4.1"]}))
+    cfg = stack(extraPip=json.dumps(["datasets==4.4.1"]))
     env = yaml.safe_load(build_rayjob(cfg, code, S3)["spec"]["runtimeEnvYAML"])
     assert env["pip"] == ["datasets==4.4.1"]
-
-
-def test_entrypoint_flags_are_flags_the_training_cli_accepts(code):
-    from training.cli import build_parser
-
-    args = shlex.split(build_rayjob(stack(), code, S3)["spec"]["entrypoint"])[3:]
-    build_parser().parse_args(args)  # exits non-zero on an unknown flag
 
 
 def test_job_hash_changes_with_code_and_settings_and_nothing_else(code, tmp_path):
@@ -206,3 +252,74 @@ def test_editing_the_benchmark_leaves_the_rayjob_name_unchanged(code, tmp_path):
         tmp_path / "training/loop.py").read_text())
     assert build_rayjob(cfg, bundle(tmp_path), S3)["metadata"]["name"] != \
         build_rayjob(cfg, code, S3)["metadata"]["name"]
+
+
+def _non_default(f, hint):
+    """A valid value for TrainConfig field `f` that differs from its default."""
+    import typing
+
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Literal:
+        return next(a for a in args if a != f.default)
+    kinds = set(args) or {hint}
+    if bool in kinds:
+        return not f.default
+    if int in kinds:
+        return (f.default or 0) + 3
+    if float in kinds:
+        return (f.default or 1.0) * 2 + 0.5
+    return f"custom-{f.name}"
+
+
+def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(code):
+    """The stack's `training` object is the job's flags in camelCase: set every one of them to a
+    non-default value, and the entrypoint parses back to exactly those values."""
+    import typing
+
+    from stack.config import SET_BY_THE_STACK
+    from training.cli import parse as parse_flags
+    from training.config import TrainConfig, setting_key
+
+    hints = typing.get_type_hints(TrainConfig)
+    wanted = {f.name: _non_default(f, hints[f.name]) for f in dataclasses.fields(TrainConfig)
+              if f.name not in SET_BY_THE_STACK}
+    cfg = stack(training=json.dumps({setting_key(k): v for k, v in wanted.items()}))
+    args = shlex.split(build_rayjob(cfg, code, S3)["spec"]["entrypoint"])
+    job = parse_flags(args[3:])
+    assert {k: getattr(job, k) for k in wanted} == wanted
+    assert job.num_workers == cfg.num_workers and job.storage_path == S3 and job.use_gpu
+
+
+def test_job_defaults_on_the_cluster_recover_from_a_lost_worker(code):
+    from training.cli import parse as parse_flags
+
+    job = parse_flags(shlex.split(build_rayjob(stack(), code, S3)["spec"]["entrypoint"])[3:])
+    assert job.max_failures == 2 and job.model == "Qwen/Qwen2.5-1.5B"
+
+
+def test_pods_follow_the_node_selectors_of_an_existing_cluster(code):
+    cfg = stack(existingClusterName="shared-gpu", systemNodeSelector='{"pool": "cpu"}',
+                gpuNodeSelector='{"pool": "l4"}')
+    spec = build_rayjob(cfg, code, S3)["spec"]
+    cluster = spec["rayClusterSpec"]
+    assert cluster["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
+    assert cluster["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"] == {"pool": "l4"}
+    assert spec["submitterPodTemplate"]["spec"]["nodeSelector"] == {"pool": "cpu"}
+    own = build_rayjob(stack(), code, S3)["spec"]["rayClusterSpec"]
+    assert own["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"] == {"role": "gpu-worker"}
+
+
+def test_the_stack_sets_every_setting_it_keeps_from_the_training_object(code):
+    """Each field of SET_BY_THE_STACK is refused in `training`; job_settings must set it, or
+    that setting would be out of reach."""
+    import dataclasses as dc
+
+    from stack.config import SET_BY_THE_STACK
+    from training.config import TrainConfig
+    from workloads.rayjob import job_settings
+
+    job = job_settings(stack(), S3)  # the dev stack: two nodes, so EFA is expected
+    defaults = TrainConfig()
+    assert {f: getattr(job, f) for f in SET_BY_THE_STACK
+            if getattr(job, f) == getattr(defaults, f)} == {}
+    assert set(SET_BY_THE_STACK) <= {f.name for f in dc.fields(TrainConfig)}
