@@ -8,10 +8,12 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from training.data import BYTES, INDEX_FILE, TOKENS_FILE, Samples, TokenCache, sample_start, tokenize
+from training.data import (BYTES, INDEX_FILE, TOKENS_FILE, Samples, TokenCache, sample_start,
+                           tokenize)
 
 
-def _consumed(samples_seen: int, steps: int, world: int, accum: int, batch: int) -> tuple[list, int]:
+def _consumed(samples_seen: int, steps: int, world: int, accum: int,
+              batch: int) -> tuple[list, int]:
     """Sample indices every rank reads over `steps` optimizer steps, as the loop advances."""
     seen = []
     for _ in range(steps):
@@ -42,7 +44,8 @@ def test_samples_are_rows_of_the_file_wrapping_into_the_next_epoch(tmp_path):
     samples = Samples(pafs.LocalFileSystem(), _write_cache(tmp_path, rows))
     assert samples.rows(3, 4).tolist() == rows[[3, 4, 0, 1]].tolist()
     inputs, labels = samples.batch(4, rank=1, world=2, micro=0, batch=2)  # samples 6, 7 = rows 1, 2
-    assert inputs.tolist() == rows[[1, 2], :-1].tolist() and labels.tolist() == rows[[1, 2], 1:].tolist()
+    assert inputs.tolist() == rows[[1, 2], :-1].tolist()
+    assert labels.tolist() == rows[[1, 2], 1:].tolist()
 
 
 def test_a_cache_without_its_index_is_refused(tmp_path):

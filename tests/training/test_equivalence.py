@@ -30,7 +30,8 @@ def _global_batches() -> torch.Tensor:
 
 
 def _engine(seed: int = 0) -> Engine:
-    return build_engine(dataclasses.replace(CFG, seed=seed), model_config("tiny"), torch.device("cpu"))
+    cfg = dataclasses.replace(CFG, seed=seed)
+    return build_engine(cfg, model_config("tiny"), torch.device("cpu"))
 
 
 def _train(engine: Engine, steps: range, accum: int) -> list[tuple[float, float]]:
@@ -50,7 +51,8 @@ def _train(engine: Engine, steps: range, accum: int) -> list[tuple[float, float]
 def _full_state(engine: Engine) -> dict:
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return {"model": get_model_state_dict(engine.model, options=opts),
-            "optim": get_optimizer_state_dict(engine.model, engine.optimizer, options=opts).get("state", {})}
+            "optim": get_optimizer_state_dict(engine.model, engine.optimizer,
+                                              options=opts).get("state", {})}
 
 
 def _one_process() -> dict:
@@ -97,7 +99,8 @@ def _assert_states(a: dict, b: dict, exact: bool) -> None:
     for k in a["optim"]:
         for name in ("exp_avg", "exp_avg_sq", "step"):
             if not _same(a["optim"][k][name], b["optim"][k][name], exact):
-                bad.append((k, name, float((a["optim"][k][name] - b["optim"][k][name]).abs().max())))
+                diff = (a["optim"][k][name] - b["optim"][k][name]).abs().max()
+                bad.append((k, name, float(diff)))
     assert not bad, bad
 
 

@@ -56,7 +56,8 @@ def test_rerun_resumes_continues_steps_schedule_and_first_loss_skipping_torn_sav
     assert second["resumed_from_step"] == 4 and second["steps"] == 8
     assert second["first_loss"] == first["first_loss"]  # the run's, not the second attempt's
     kept = sorted(p.name for p in (tmp_path / "runs/qwen-fsdp").glob("checkpoint-step*"))
-    assert kept == [f"checkpoint-step000000{i}" for i in (5, 6, 8)]  # 2 kept; the torn one untouched
+    # Ray Train keeps the newest 2 it registered; the torn directory is left as it is.
+    assert kept == [f"checkpoint-step000000{i}" for i in (5, 6, 8)]
     rows = read_metrics(tmp_path)
     assert [int(r["step"]) for r in rows] == list(range(1, 9))
     # Past warmup, the first run ended its decay at step 4: the rerun continues from that rate
@@ -164,7 +165,8 @@ def test_demo_learns_the_sample_text_and_logs_and_plots_every_step(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 12 and summary["resumed_from_step"] is None
-    assert summary["last_loss"] < summary["first_loss"] - 1.0, summary  # measured: 5.5 -> 3.6
+    # From a uniform guess over 257 byte values (ln 257 = 5.55) to the bytes of English words.
+    assert summary["last_loss"] < summary["first_loss"] - 1.0, summary
     assert [int(r["step"]) for r in read_metrics(tmp_path, "demo")] == list(range(1, 13))
     assert (tmp_path / "runs/demo/metrics.png").stat().st_size > 0
     assert summary["nccl_transport"] == "not-used"  # gloo: says so rather than guessing
