@@ -9,8 +9,8 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 .PHONY: demo test
-demo: $(VENV)/.installed  ## train the tiny model on a local Ray with 2 CPU workers
-	$(PY) -m training --local
+demo: $(VENV)/.installed  ## train the tiny model on the shipped sample text, local Ray, 2 CPU workers
+	$(PY) -m training --demo
 
 test: $(VENV)/.installed  ## the whole suite: config, Pulumi mocks, CRD validation, real Ray runs
 	$(PY) -m pytest

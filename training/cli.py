@@ -21,13 +21,17 @@ from typing import Callable
 
 from training import quiet
 from training.config import LOCAL_DEFAULTS, ConfigError, TrainConfig
-from training.data import RANDOM_MODES, DataError, build_text_dataset
+from training.data import BYTES, BYTES_VOCAB, RANDOM_MODES, DataError, TokenCache
 from training.flags import add_config_flags
 from training.model import ModelError, is_builtin, max_positions, model_config
 from training.ray_setup import init_ray
 from training.storage import Storage, StorageError, check_writable, resolve
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+SAMPLE_TEXT = Path(__file__).resolve().parent / "sample_data" / "tiny_corpus.jsonl"
+DEMO_DEFAULTS = {"data": str(SAMPLE_TEXT), "tokenizer": BYTES, "name": "demo", "log_every": 1,
+                 "lr": 3e-3}
+"""What `--demo` (`make demo`) adds to `--local`: a loss that visibly falls within seconds."""
 # On a cluster (--address) workers may still be joining when the job starts: KubeRay submits once
 # every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
 # Ray never grows, so there the check fails at once.
@@ -45,15 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0])
     ap.add_argument("--local", action="store_true", help="local Ray, 2 CPU workers, `tiny` model "
                     "(the defaults of a laptop run; other flags still apply)")
+    ap.add_argument("--demo", action="store_true", help="--local, trained on the shipped sample "
+                    "text with the built-in byte tokenizer, logged and plotted every step")
     add_config_flags(ap)
     return ap
 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:
     args = vars(build_parser().parse_args(argv))
-    local = args.pop("local")
+    local, demo = args.pop("local"), args.pop("demo")
     given = {k: v for k, v in args.items() if v is not None}
-    base = dict(LOCAL_DEFAULTS) if local else {}
+    base = {**LOCAL_DEFAULTS, **DEMO_DEFAULTS} if demo else dict(LOCAL_DEFAULTS) if local else {}
     return TrainConfig(**{**base, **given}).validated()
 
 
@@ -77,6 +83,7 @@ def run(cfg: TrainConfig) -> dict:
     vocab = _check_model_and_data(cfg)
     storage = resolve(cfg.storage_path)
     check_writable(storage)
+    _check_resume(cfg, storage)
     import ray
 
     started_here = not ray.is_initialized()
@@ -89,10 +96,8 @@ def run(cfg: TrainConfig) -> dict:
         run_started = _run_started_at(job_started)
         clock = {"run_started_at": run_started,
                  "waited_for_workers_s": job_started - run_started + waited}
-        datasets = None
-        if cfg.data not in RANDOM_MODES:
-            datasets = {"train": _text_dataset(cfg)}
-        result = _fit(cfg, storage, vocab, use_gpu, datasets, clock)
+        tokens = None if cfg.data in RANDOM_MODES else _tokenized(cfg, storage)
+        result = _fit(cfg, storage, vocab, use_gpu, tokens, clock)
     finally:
         if started_here:
             ray.shutdown()
@@ -107,7 +112,7 @@ def _check_model_and_data(cfg: TrainConfig) -> int | None:
             raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
                             f"{RANDOM_MODES})")
         tok_name = cfg.tokenizer or cfg.model
-        if is_builtin(tok_name):
+        if is_builtin(tok_name) and tok_name != BYTES:
             raise ModelError(f"--data text needs a tokenizer: pass --tokenizer (a Hugging Face id "
                              f"or directory) with the built-in shape {cfg.model!r}")
         vocab = _tokenizer_vocab(tok_name) if is_builtin(cfg.model) else None
@@ -116,7 +121,35 @@ def _check_model_and_data(cfg: TrainConfig) -> int | None:
     if limit and cfg.seq_len > limit:
         raise ConfigError([f"--seq-len {cfg.seq_len} is beyond the model's {limit} positions "
                            f"(max_position_embeddings); use --seq-len {limit} or less"])
+    _check_memory_budget(cfg, config)
     return vocab
+
+
+def _check_memory_budget(cfg: TrainConfig, config) -> None:
+    """A micro-batch that cannot fit --memory-budget-gib even with activation checkpointing is
+    refused here, not met as a CUDA out-of-memory error inside a worker."""
+    if cfg.memory_budget_gib is None:
+        return
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from training.memory import HEADROOM, Footprint, estimate_bytes, fits, plan_batch
+    from training.model import count_params
+
+    with torch.device("meta"):
+        num_params = count_params(AutoModelForCausalLM.from_config(config))
+    shard = max(1, cfg.num_workers // (cfg.hsdp_replicas or 1))
+    fp = Footprint(config, num_params, shard, int(cfg.memory_budget_gib * 2**30))
+    micro, accum = plan_batch(cfg, fp, cfg.num_workers)  # the smallest plan when nothing fits
+    if fits(fp, cfg, micro_batch=micro, grad_accum=accum, checkpointing=True):
+        return
+    need = estimate_bytes(fp, micro_batch=micro, seq_len=cfg.seq_len, grad_accum=accum,
+                          reduce_dtype=cfg.reduce_dtype, checkpointing=True,
+                          zero2=False) / HEADROOM / 2**30
+    raise ConfigError([f"micro-batch {micro} at --seq-len {cfg.seq_len} needs about {need:.1f} GiB "
+                       f"per GPU even with activation checkpointing (--memory-budget-gib "
+                       f"{cfg.memory_budget_gib}); lower --micro-batch-size (raise --grad-accum "
+                       "to keep the batch) or --seq-len, or add --num-workers"])
 
 
 def _data_exists(uri: str) -> bool:
@@ -124,6 +157,8 @@ def _data_exists(uri: str) -> bool:
 
 
 def _tokenizer_vocab(name: str) -> int:
+    if name == BYTES:
+        return BYTES_VOCAB
     from transformers import AutoTokenizer
 
     try:
@@ -132,15 +167,42 @@ def _tokenizer_vocab(name: str) -> int:
         raise ModelError(f"--tokenizer {name!r}: cannot load it ({str(e).splitlines()[0]})") from None
 
 
-def _text_dataset(cfg: TrainConfig):
+def _text_cache(cfg: TrainConfig, storage: Storage) -> tuple[TokenCache, str, str]:
+    """Where the run's tokenized text lives, the source URI and the tokenizer, made absolute."""
     uri = cfg.data if "://" in cfg.data else os.path.abspath(cfg.data)
     tok = cfg.tokenizer or cfg.model
     tok = os.path.abspath(tok) if os.path.isdir(tok) else tok
-    ds = build_text_dataset(uri, tok, cfg.seq_len)
-    if not ds.take(1):
+    run_dir = f"{storage.path}/{cfg.name}"
+    return TokenCache.for_run(storage.filesystem, run_dir, uri, tok, cfg.seq_len), uri, tok
+
+
+def _tokenized(cfg: TrainConfig, storage: Storage) -> dict:
+    """Tokenize the text once into the run directory (reused by reruns); what workers read."""
+    cache, uri, tok = _text_cache(cfg, storage)
+    if cache.build(uri, tok, cfg.seq_len)["samples"] < 1:
         raise DataError(f"--data {cfg.data!r} holds no text (or too little to fill one "
-                        f"{cfg.seq_len + 1}-token block); add text or lower --seq-len")
-    return ds
+                        f"{cfg.seq_len + 1}-token sample); add text or lower --seq-len")
+    return {"directory": cache.directory, "fingerprint": cache.fingerprint}
+
+
+def _check_resume(cfg: TrainConfig, storage: Storage) -> None:
+    """Before Ray starts: refuse to resume a run on other data, and say now how its saved
+    learning-rate schedule will continue."""
+    from training.checkpoint import STATE_FILE, CheckpointError, RunState, latest
+    from training.loop import start_state
+
+    ckpt = latest(storage.filesystem, f"{storage.path}/{cfg.name}", None)
+    if ckpt is None:
+        return
+    with storage.filesystem.open_input_stream(f"{ckpt.path}/{STATE_FILE}") as f:
+        saved = RunState(**json.loads(f.read()))
+    data_id = cfg.data if cfg.data in RANDOM_MODES else _text_cache(cfg, storage)[0].fingerprint
+    try:
+        notes = start_state(cfg, saved, data_id)[2]
+    except CheckpointError as e:
+        raise DataError(str(e)) from None
+    for note in notes:
+        print(f"WARNING: {note}", file=sys.stderr)
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dict],
@@ -176,8 +238,8 @@ def _run_started_at(job_started: float) -> float:
         return job_started
 
 
-def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool, datasets,
-         clock: dict):
+def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool,
+         tokens: dict | None, clock: dict):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
@@ -186,14 +248,14 @@ def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool, d
 
     trainer = TorchTrainer(
         train_func,
-        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab, **clock},
+        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab, "tokens": tokens,
+                           **clock},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
         run_config=RunConfig(name=cfg.name, storage_path=storage.path,
                              storage_filesystem=storage.filesystem,
                              failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
                              logging_config=LoggingConfig(log_level="WARNING")),
-        datasets=datasets,
     )
     try:
         return trainer.fit()
@@ -211,31 +273,41 @@ def _root_cause(e: BaseException) -> str:
 
 def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
     """The run's last metrics, which rank 0 writes to the run directory (Ray's Result keeps only
-    checkpointed reports), plus where the latest checkpoint is."""
+    checkpointed reports), plus the newest complete checkpoint and its size."""
+    from training.checkpoint import latest
     from training.device_time import LINK_FIELDS
     from training.engine import Plan
     from training.run_files import RunFiles
 
     run_dir = f"{storage.path}/{cfg.name}"
     m = RunFiles(storage.filesystem, run_dir).read_json("summary.json") or {}
+    ckpt = latest(storage.filesystem, run_dir, result.checkpoint)
     return {
         "steps": m.get("step"),
-        "first_loss": m.get("first_loss"),
+        "first_loss": m.get("first_loss"),  # the run's first step, across resumes
         "last_loss": m.get("loss"),
-        "tokens_per_s": m.get("run_tokens_per_s"),
+        "tokens_per_s": m.get("run_tokens_per_s"),  # steps only (first step and saves left out)
+        "tokens_per_s_with_checkpoints": m.get("run_tokens_per_s_with_checkpoints"),
         "mfu": m.get("mfu"),
         "peak_mem_gib": m.get("peak_mem_gib"),
         "world_size": m.get("world_size"),
         "resumed_from_step": m.get("resumed_from_step"),
         "waited_for_workers_s": m.get("waited_for_workers_s"),
         "time_to_first_step_s": m.get("time_to_first_step_s"),
-        "checkpoint": storage.display(result.checkpoint.path) if result.checkpoint else None,
+        "checkpoint": storage.display(ckpt.path) if ckpt else None,
+        "checkpoint_gib": _size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         "run_dir": storage.display(run_dir),
         "nccl_transport": m.get("nccl_transport"),
         "efa_preflight": m.get("efa_preflight"),
         **{f.name: m.get(f.name) for f in dataclasses.fields(Plan)},  # what the defaults chose
         **{k: m.get(k) for k in LINK_FIELDS},  # is the link the bottleneck?
     }
+
+
+def _size_gib(fs, path: str) -> float:
+    from pyarrow.fs import FileSelector
+
+    return sum(i.size or 0 for i in fs.get_file_info(FileSelector(path, recursive=True))) / 2**30
 
 
 def _quiet_local_logs() -> None:

@@ -37,7 +37,8 @@ class TrainConfig:
     model: str = field(default="tiny", metadata={"help": "built-in random-init shape (`tiny`, "
                        "`qwen2.5-1.5b`), a Hugging Face model id, or a local model directory"})
     tokenizer: str | None = field(default=None, metadata={"help": "tokenizer id or directory for "
-                                  "--data text files; defaults to --model"})
+                                  "--data text files, or `bytes` (UTF-8 bytes, built in); "
+                                  "defaults to --model"})
     steps: int = field(default=30, metadata={"help": "optimizer steps to train (in total, across resumes)"})
     seq_len: int = field(default=128, metadata={"help": "tokens per sequence"})
     micro_batch_size: int = field(default=4, metadata={"help": "sequences per worker per forward pass"})
@@ -108,6 +109,8 @@ class TrainConfig:
                          "model to the run directory at the end"})
     fault_at_step: int | None = field(default=None, metadata={"help": "test hook: one worker "
                                       "exits at this step of a fresh run", "hidden": True})
+    nan_at_step: int | None = field(default=None, metadata={"help": "test hook: a weight turns "
+                                    "NaN at this step of a fresh run", "hidden": True})
 
     @property
     def tokens_per_step_per_worker(self) -> int:

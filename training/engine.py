@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
 from transformers import PretrainedConfig
 
 from training.config import TrainConfig
@@ -16,6 +16,7 @@ from training.model import CausalLMWithLoss, build_model, count_params
 from training.memory import Footprint, fits, plan_batch
 from training.mesh import build_mesh
 from training.parallelize import shard_model
+from training.schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Engine:
     flops_per_token: float
     plan: Plan
     mesh: DeviceMesh | None = None
+    grad_norm: torch.Tensor | None = None  # of the last train_step
 
 
 def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
@@ -95,11 +97,8 @@ def memory_limit_bytes(cfg: TrainConfig, device: torch.device) -> int | None:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate for optimizer step `step` (1-based): linear warmup, cosine decay to 10%."""
-    if cfg.warmup_steps and step <= cfg.warmup_steps:
-        return cfg.lr * step / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
+    """Learning rate for optimizer step `step` (1-based) of a fresh run (training/schedule.py)."""
+    return Schedule.from_config(cfg).lr(step)
 
 
 def train_step(engine: Engine, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], lr: float,
@@ -123,11 +122,23 @@ def train_step(engine: Engine, micro_batches: list[tuple[torch.Tensor, torch.Ten
                      labels.to(engine.device, non_blocking=True))
         (loss / n).backward()
         total += loss.detach()
-    if grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    engine.grad_norm = _grad_norm_and_clip(model, grad_clip)
     opt.step()
     opt.zero_grad(set_to_none=True)
     return total / n
+
+
+def _grad_norm_and_clip(model: torch.nn.Module, grad_clip: float) -> torch.Tensor:
+    """The global gradient norm (a device tensor, no sync; the loop's non-finite guard reads it),
+    clipping to `grad_clip` when set. Sharded DTensor norms are reduced with `full_tensor`, as
+    torchtitan's `clip_grad_norm_` does for FSDP2 (torchtitan/distributed/utils.py)."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    if grad_clip:
+        torch.nn.utils.clip_grads_with_norm_(params, grad_clip, norm)
+    return norm
 
 
 def mean_across_ranks(value: torch.Tensor) -> float:

@@ -10,20 +10,22 @@ import dataclasses
 import functools
 import os
 import time
-from typing import Iterator
+from typing import Callable
 
 import ray.train
 import ray.train.torch
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from training import bandwidth, checkpoint, data, device_time, transport
 from training.config import TrainConfig
-from training.engine import Engine, build_engine, lr_at, mean_across_ranks, train_step
+from training.engine import Engine, build_engine, mean_across_ranks, train_step
 from training.metrics import mfu, peak_flops
 from training.model import is_builtin, model_config
 from training.ray_setup import worker_context
 from training.run_files import RunFiles
+from training.schedule import Schedule, resume_schedule
 
 
 def train_func(loop_config: dict) -> None:
@@ -41,20 +43,40 @@ def train_func(loop_config: dict) -> None:
     # --tokens-per-step: the engine's planner chose micro-batch and accumulation to fit memory.
     cfg = dataclasses.replace(cfg, micro_batch_size=engine.plan.micro_batch_size,
                               grad_accum=engine.plan.grad_accum)
-    position = checkpoint.Position(step=0, data_position=0)
-    resumed_from = None
-    if (ckpt := ray.train.get_checkpoint()) is not None:
-        position = checkpoint.load(ckpt, engine)
-        resumed_from = position.step
+    tokens = loop_config.get("tokens")  # {"directory", "fingerprint"} of the tokenized text
+    saved = checkpoint.resume(engine)
+    state, schedule, notes = start_state(cfg, saved, tokens["fingerprint"] if tokens else cfg.data)
+    for note in notes if rank == 0 else ():
+        print(f"WARNING: {note}", flush=True)
 
-    batches = _batches(cfg, rank, loop_config.get("vocab_size") or
-                       engine.model.lm.config.vocab_size, position)
-    info = {"world_size": world, "resumed_from_step": resumed_from, "nccl_transport": link.verdict,
-            "nccl_nodes": link.nodes, "efa_preflight": preflight, "num_params": engine.num_params,
+    batch_at = _batches(cfg, rank, world, loop_config.get("vocab_size") or
+                        engine.model.lm.config.vocab_size, tokens)
+    info = {"world_size": world, "resumed_from_step": saved.step if saved else None,
+            "nccl_transport": link.verdict, "nccl_nodes": link.nodes, "efa_preflight": preflight,
+            "num_params": engine.num_params,
             "waited_for_workers_s": loop_config.get("waited_for_workers_s"),
             "time_to_first_step_s": None, **dataclasses.asdict(engine.plan),
             **bandwidth.probe(engine.mesh, device)}
-    _run_steps(cfg, engine, batches, position, info, rank, loop_config.get("run_started_at"))
+    _run_steps(cfg, engine, batch_at, state, schedule, info, rank,
+               loop_config.get("run_started_at"))
+
+
+def start_state(cfg: TrainConfig, saved: checkpoint.RunState | None,
+                data_id: str) -> tuple[checkpoint.RunState, Schedule, list[str]]:
+    """Where this attempt starts, its schedule (the saved one, extended to --steps), and the
+    warnings for settings the saved run overrides. Refuses a checkpoint trained on other data:
+    its sample position would mean nothing here."""
+    if saved is None:
+        fresh = Schedule.from_config(cfg)
+        return checkpoint.RunState(step=0, schedule=fresh.to_dict(), data=data_id), fresh, []
+    if saved.data != data_id:
+        raise checkpoint.CheckpointError(
+            f"run {cfg.name!r} was trained on other data ({saved.data}, this run: {data_id}): "
+            "its data position does not apply; use the same --data, --tokenizer and --seq-len, "
+            "or a new --name")
+    schedule, notes = resume_schedule(saved.schedule, peak=cfg.lr, warmup=cfg.warmup_steps,
+                                      total=cfg.steps, at_step=saved.step)
+    return dataclasses.replace(saved, schedule=schedule.to_dict()), schedule, notes
 
 
 def _preflight(cfg: TrainConfig) -> str:
@@ -78,29 +100,30 @@ def _fetch_weights_once_per_node(spec: str, local_rank: int) -> None:
     dist.barrier()
 
 
-def _batches(cfg: TrainConfig, rank: int, vocab: int,
-             position: checkpoint.Position) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+BatchAt = Callable[[int, int, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _batches(cfg: TrainConfig, rank: int, world: int, vocab: int, tokens: dict | None) -> BatchAt:
+    """(step, samples seen before it, micro-batch index) -> this rank's (inputs, labels)."""
     if cfg.data in data.RANDOM_MODES:
-        def gen():
-            step = position.step
-            while True:
-                step += 1
-                for micro in range(cfg.grad_accum):
-                    yield data.random_batch(seed=cfg.seed, rank=rank, step=step, micro=micro,
-                                            batch=cfg.micro_batch_size, seq_len=cfg.seq_len,
-                                            vocab=vocab, repeat=cfg.data == "repeat")
-        return gen()
-    return data.text_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch_size,
-                             skip=position.data_position)
+        return lambda step, _seen, micro: data.random_batch(
+            seed=cfg.seed, rank=rank, step=step, micro=micro, batch=cfg.micro_batch_size,
+            seq_len=cfg.seq_len, vocab=vocab, repeat=cfg.data == "repeat")
+    samples = data.Samples(ray.train.get_context().get_storage().storage_filesystem,
+                           tokens["directory"])
+    return lambda _step, seen, micro: samples.batch(seen, rank=rank, world=world, micro=micro,
+                                                   batch=cfg.micro_batch_size)
 
 
 class _Clock:
-    """Step times between log points. The run's first step carries warm-up (allocator, NCCL
-    connections), so the run's average rate leaves it out."""
+    """Step times between log points, checkpoint saves left out. The run's first step carries
+    warm-up (allocator, NCCL connections), so the compute rate leaves it out; the wall rate keeps
+    everything since the attempt's first step began, saves included."""
 
     def __init__(self, tokens_per_step: int):
         self.tokens_per_step = tokens_per_step
         self.timed_time, self.timed_steps = 0.0, 0
+        self.started, self.steps = time.perf_counter(), 0
         self.restart()
 
     def restart(self) -> None:
@@ -109,6 +132,7 @@ class _Clock:
     def tick(self) -> None:
         """One more step in this window."""
         self.window_steps += 1
+        self.steps += 1
 
     def lap(self, includes_first_step: bool) -> float:
         """Seconds per step since the last lap (call after a device sync)."""
@@ -122,33 +146,73 @@ class _Clock:
         return self.tokens_per_step * self.timed_steps / self.timed_time if self.timed_steps \
             else fallback
 
+    def wall_rate(self) -> float:
+        return self.tokens_per_step * self.steps / (time.perf_counter() - self.started)
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or gradient norm stopped being finite; nothing after it is saved."""
+
+
+class _NonFiniteGuard:
+    """Records, on the device and without a sync, the first step whose loss or gradient norm is
+    not finite; `check` (at log and save points, which sync anyway) stops the run on every rank
+    before anything from that step on is saved."""
+
+    NONE = 2**62
+
+    def __init__(self, device: torch.device):
+        self.first_bad = torch.full((), self.NONE, dtype=torch.int64, device=device)
+
+    def observe(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        bad = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
+        self.first_bad = torch.where(bad, torch.minimum(self.first_bad, torch.tensor(
+            step, device=self.first_bad.device)), self.first_bad)
+
+    def check(self, saved_step: int | None) -> None:
+        first = self.first_bad.clone()
+        if dist.is_initialized():
+            dist.all_reduce(first, op=dist.ReduceOp.MIN)
+        if int(first) != self.NONE:
+            where = f"checkpoint step {saved_step}" if saved_step else "no checkpoint yet"
+            raise NonFiniteError(
+                f"the loss or gradient norm is not finite at step {int(first)}; stopped without "
+                f"saving (the newest complete checkpoint: {where}); lower --lr, raise "
+                "--warmup-steps or set --grad-clip, then rerun")
+
 
 def _inject_fault(cfg: TrainConfig, step: int, info: dict, rank: int) -> None:
-    """Test hook (--fault-at-step): the last rank dies once, in a fresh run. The pause lets Ray
-    Train's controller (it polls every 2 s) register the last checkpoint first, as it would have
-    long before any real failure."""
+    """Test hook (--fault-at-step): the last rank dies once, in a fresh run, at the end of that
+    step (right after its checkpoint, when it saves one), with no grace period."""
     if cfg.fault_at_step == step and info["resumed_from_step"] is None \
             and rank == info["world_size"] - 1:
-        time.sleep(5)
         os._exit(17)
 
 
-def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.Position,
-               info: dict, rank: int, run_started_at: float | None) -> None:
+def _poison(engine: Engine) -> None:
+    """Test hook (--nan-at-step): turn one weight shard into NaN, as a diverging run would."""
+    with torch.no_grad():
+        p = next(engine.model.parameters())
+        (p.to_local() if isinstance(p, DTensor) else p).fill_(float("nan"))
+
+
+def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: checkpoint.RunState,
+               schedule: Schedule, info: dict, rank: int, run_started_at: float | None) -> None:
     world = info["world_size"]
     on_gpu = engine.device.type == "cuda"
     peak = peak_flops(torch.cuda.get_device_name(engine.device) if on_gpu else None)
     files = RunFiles.from_context() if rank == 0 else None
     clock = _Clock(cfg.tokens_per_step_per_worker * world)
+    guard = _NonFiniteGuard(engine.device)
     pending: list[dict] = []  # metrics rows not yet in metrics.csv
-    first_loss: float | None = None
-    last: dict = {"step": position.step, **info}  # what summary.json says if no step runs
-    data_position = position.data_position
-    first_step = position.step + 1
+    saved_step = info["resumed_from_step"]
+    last: dict = {"step": state.step, "first_loss": state.first_loss, **info}  # if no step runs
+    first_step = state.step + 1
     for step in range(first_step, cfg.steps + 1):
-        micro = [next(batches) for _ in range(cfg.grad_accum)]
-        data_position += cfg.grad_accum
-        run_step = functools.partial(train_step, engine, micro, lr_at(step, cfg), cfg.grad_clip)
+        micro = [batch_at(step, state.samples_seen, m) for m in range(cfg.grad_accum)]
+        if cfg.nan_at_step == step and info["resumed_from_step"] is None:
+            _poison(engine)
+        run_step = functools.partial(train_step, engine, micro, schedule.lr(step), cfg.grad_clip)
         if step == first_step + 1:  # warm (compiled, connected): where one step's time goes
             loss, shares = device_time.profile_step(run_step, engine.device)
             info.update(shares)
@@ -156,39 +220,46 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batches, position: checkpoint.P
                 print(device_time.link_report(info), flush=True)
         else:
             loss = run_step()
+        guard.observe(step, loss, engine.grad_norm)
+        state = dataclasses.replace(state, step=step, samples_seen=state.samples_seen +
+                                    world * cfg.grad_accum * cfg.micro_batch_size)
         clock.tick()
-        _inject_fault(cfg, step, info, rank)
         save = bool(cfg.checkpoint_every) and (step == cfg.steps or step % cfg.checkpoint_every == 0)
-        if not (save or step in (first_step, cfg.steps) or step % cfg.log_every == 0):
-            continue
-        loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
-        if step == first_step and run_started_at is not None:  # wall clock: the run began
-            info["time_to_first_step_s"] = time.time() - run_started_at  # on another node
-        step_time = clock.lap(includes_first_step=step == first_step)
-        tps = clock.tokens_per_step / step_time
-        first_loss = loss_value if first_loss is None else first_loss
-        metrics = last = {
-            "step": step, "loss": loss_value, "first_loss": first_loss,
-            "lr": lr_at(step, cfg), "step_time_s": step_time,
-            "tokens_per_s": tps, "tokens_per_s_per_worker": tps / world,
-            "mfu": mfu(tps / world, engine.flops_per_token, peak),
-            "peak_mem_gib": torch.cuda.max_memory_allocated(engine.device) / 2**30 if on_gpu else None,
-            "run_tokens_per_s": clock.run_rate(fallback=tps),
-            **info,
-        }
-        pending.append(metrics)
-        if rank == 0:
-            mfu_text = f"  mfu {metrics['mfu']:.3f}" if metrics["mfu"] is not None else ""
-            print(f"step {step}/{cfg.steps}  loss {loss_value:.4f}  lr {metrics['lr']:.2e}  "
-                  f"tokens/s {tps:,.0f}{mfu_text}", flush=True)
-        if save:
-            if files:
-                files.append_metrics(pending)
-                pending = []
-            checkpoint.save_and_report(engine, checkpoint.Position(step, data_position), metrics)
-        else:
-            ray.train.report(metrics)
-        clock.restart()
+        if save or step in (first_step, cfg.steps) or step % cfg.log_every == 0:
+            guard.check(saved_step)
+            loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
+            if step == first_step and run_started_at is not None:  # wall clock: the run began
+                info["time_to_first_step_s"] = time.time() - run_started_at  # on another node
+            step_time = clock.lap(includes_first_step=step == first_step)
+            tps = clock.tokens_per_step / step_time
+            if state.first_loss is None:
+                state = dataclasses.replace(state, first_loss=loss_value)
+            metrics = last = {
+                "step": step, "loss": loss_value, "first_loss": state.first_loss,
+                "lr": schedule.lr(step), "grad_norm": float(engine.grad_norm),
+                "step_time_s": step_time, "tokens_per_s": tps, "tokens_per_s_per_worker": tps / world,
+                "mfu": mfu(tps / world, engine.flops_per_token, peak),
+                "peak_mem_gib": torch.cuda.max_memory_allocated(engine.device) / 2**30 if on_gpu
+                else None,
+                "run_tokens_per_s": clock.run_rate(fallback=tps),
+                "run_tokens_per_s_with_checkpoints": clock.wall_rate(),
+                **info,
+            }
+            pending.append(metrics)
+            if rank == 0:
+                mfu_text = f"  mfu {metrics['mfu']:.3f}" if metrics["mfu"] is not None else ""
+                print(f"step {step}/{cfg.steps}  loss {loss_value:.4f}  lr {metrics['lr']:.2e}  "
+                      f"tokens/s {tps:,.0f}{mfu_text}", flush=True)
+            if save:
+                if files:
+                    files.append_metrics(pending)
+                    pending = []
+                checkpoint.save_and_report(engine, state, metrics)
+                saved_step = step
+            else:
+                ray.train.report(metrics)
+            clock.restart()
+        _inject_fault(cfg, step, info, rank)
     if files:
         files.append_metrics(pending)
         files.plot()

@@ -13,20 +13,26 @@ import functools
 import torch
 
 
-def _chunk_loss_and_grads(h: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int,
+IGNORE_INDEX = -100  # labels left out of the loss, as torch.nn.functional.cross_entropy's default
+
+
+def _chunk_loss_and_grads(h: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: torch.Tensor,
                           acc: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """Summed loss of one chunk and its gradients for `h` and `weight` (of the mean over `n`).
+    """Summed loss of one chunk and its gradients for `h` and `weight` (of the mean over the `n`
+    counted labels of the whole batch; IGNORE_INDEX labels add nothing).
 
     Written so that torch.compile can fuse the upcast, log-sum-exp, softmax and one-hot
     subtraction into a couple of kernels around the two matmuls; eager runs it in place.
     """
+    counted = (y != IGNORE_INDEX).to(acc)
+    y = y.clamp(min=0)
     logits = (h @ weight.t()).to(acc)
     lse = torch.logsumexp(logits, dim=-1)
-    loss = (lse - logits.gather(1, y[:, None]).squeeze(1)).sum()
+    loss = ((lse - logits.gather(1, y[:, None]).squeeze(1)) * counted).sum()
     # d(mean loss)/d(logits) = (softmax - one_hot) / n, computed in place.
     grad_logits = logits.sub_(lse[:, None]).exp_()
     grad_logits[torch.arange(len(y), device=y.device), y] -= 1.0
-    grad_logits = grad_logits.div_(n).to(h.dtype)
+    grad_logits = grad_logits.mul_((counted / n)[:, None]).to(h.dtype)
     return loss, grad_logits @ weight, (grad_logits.t() @ h).to(acc)
 
 
@@ -39,13 +45,13 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                 chunk: int, compiled: bool) -> torch.Tensor:
-        n = hidden.shape[0]
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32, or fp64 when given fp64
+        n = (labels != IGNORE_INDEX).sum().clamp(min=1).to(acc)  # no host sync
         step = _compiled_chunk() if compiled else _chunk_loss_and_grads
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
         loss = torch.zeros((), dtype=acc, device=hidden.device)
-        for start in range(0, n, chunk):
+        for start in range(0, hidden.shape[0], chunk):
             chunk_loss, grad_h, grad_w = step(hidden[start:start + chunk], weight,
                                               labels[start:start + chunk], n, acc)
             loss += chunk_loss
@@ -64,6 +70,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                                chunk_tokens: int, compiled: bool = False) -> torch.Tensor:
-    """Mean next-token loss of `hidden @ weight.T` against `labels` (shapes [N, H], [V, H], [N]);
-    `compiled` runs each chunk's step through torch.compile."""
+    """Mean next-token loss of `hidden @ weight.T` against `labels` (shapes [N, H], [V, H], [N])
+    over the labels that are not IGNORE_INDEX; `compiled` runs each chunk's step through
+    torch.compile."""
     return _FusedLinearCrossEntropy.apply(hidden, weight, labels, chunk_tokens, compiled)

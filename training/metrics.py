@@ -15,8 +15,8 @@ PEAK_BF16_TFLOPS: dict[str, float] = {
     "NVIDIA L40S": 362.0,  # L40S datasheet: 733 TFLOP/s bf16 with sparsity
 }
 
-CSV_FIELDS = ("step", "loss", "lr", "tokens_per_s", "tokens_per_s_per_worker", "mfu", "step_time_s",
-              "peak_mem_gib")
+CSV_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens_per_s_per_worker", "mfu",
+              "step_time_s", "peak_mem_gib")
 
 
 def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int) -> float:

@@ -1,5 +1,5 @@
-"""Pure pieces of the training package: loss, schedule, FLOPs, data, CLI parsing (the memory
-rule and the batch planner: test_planning.py)."""
+"""Pure pieces of the training package: loss, FLOPs, data, CLI parsing (the schedule:
+test_schedule.py; the memory rule and the batch planner: test_planning.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from training import cli
-from training.config import ConfigError, TrainConfig
+from training.config import ConfigError
 from training.data import random_batch
-from training.engine import lr_at
 from training.loss import fused_linear_cross_entropy
 from training.metrics import flops_per_token, merge_csv, mfu, peak_flops
 from training.model import build_model, count_params, model_config
@@ -33,6 +32,20 @@ def test_fused_loss_matches_full_logits_loss_and_gradients(chunk, compiled):
     assert torch.allclose(hidden.grad, ref_grads[0]) and torch.allclose(weight.grad, ref_grads[1])
 
 
+def test_fused_loss_leaves_out_ignored_labels_like_cross_entropy():
+    torch.manual_seed(0)
+    hidden = torch.randn(40, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(31, 8, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 31, (40,))
+    labels[::3] = -100  # e.g. padding, or a prompt not to train on
+    ref = torch.nn.functional.cross_entropy(hidden @ weight.t(), labels)
+    ref_grads = torch.autograd.grad(ref, (hidden, weight))
+    ours = fused_linear_cross_entropy(hidden, weight, labels, 7)
+    grads = torch.autograd.grad(ours, (hidden, weight))
+    assert torch.allclose(ours, ref)
+    assert all(torch.allclose(a, b) for a, b in zip(grads, ref_grads))
+
+
 def test_qwen_shape_param_count_and_flops_per_token():
     config = model_config("qwen2.5-1.5b")
     with torch.device("meta"):
@@ -42,13 +55,6 @@ def test_qwen_shape_param_count_and_flops_per_token():
     assert fpt == 6 * n + 12 * 28 * 1536 * 2048
     assert mfu(10_000, fpt, peak_flops("NVIDIA H200")) == pytest.approx(10_000 * fpt / 989e12)
     assert mfu(10_000, fpt, peak_flops(None)) is None  # CPU: no MFU rather than a made-up one
-
-
-def test_schedule_warms_up_then_decays_to_a_tenth():
-    cfg = TrainConfig(steps=100, warmup_steps=10, lr=1e-3)
-    assert lr_at(1, cfg) == pytest.approx(1e-4) and lr_at(10, cfg) == pytest.approx(1e-3)
-    assert lr_at(100, cfg) == pytest.approx(1e-4)
-    assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))
 
 
 def test_random_batches_are_deterministic_per_rank_and_step():
