@@ -46,6 +46,21 @@ class RunState:
     schedule: dict = field(default_factory=dict)  # training.schedule.Schedule.to_dict()
     data: str | None = None  # fingerprint of the tokenized text (training.data.TokenCache)
 
+    @classmethod
+    def from_json(cls, text: str, where: str) -> "RunState":
+        """The state a checkpoint recorded; one written by an older version of the job (no
+        sample position or schedule) is refused with what to do, not a TypeError per worker."""
+        try:
+            saved = json.loads(text)
+            if not isinstance(saved, dict) or "schedule" not in saved:
+                raise ValueError("no schedule")
+            return cls(**saved)
+        except (TypeError, ValueError):
+            raise CheckpointError(
+                f"checkpoint {where} was written by an older version of the job (no sample "
+                "position or learning-rate schedule): start a new run (another --name, or "
+                "another model/data on a stack) or delete that checkpoint") from None
+
 
 def dir_name(step: int) -> str:
     return f"checkpoint-step{step:07d}"
@@ -79,7 +94,7 @@ def load_local(engine: Engine, directory: str) -> RunState:
     if not Path(directory, ".metadata").exists() or not Path(directory, STATE_FILE).exists():
         raise CheckpointError(f"checkpoint {directory} is incomplete (no DCP metadata or train "
                               "state); delete it to resume from the one before")
-    state = RunState(**json.loads(Path(directory, STATE_FILE).read_text()))
+    state = RunState.from_json(Path(directory, STATE_FILE).read_text(), directory)
     model_sd, optim_sd = get_state_dict(engine.model, engine.optimizer)
     aliases = _aliases(engine.model)
     loaded = {"model": {k: v for k, v in model_sd.items() if k not in aliases}, "optim": optim_sd}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from training import quiet
-from training.config import LOCAL_DEFAULTS, ConfigError, TrainConfig
+from training.config import LOCAL_DEFAULTS, RUN_STARTED_ENV, ConfigError, TrainConfig
 from training.data import BYTES, BYTES_VOCAB, RANDOM_MODES, DataError, TokenCache
 from training.flags import add_config_flags
 from training.model import ModelError, is_builtin, max_positions, model_config
@@ -38,7 +38,6 @@ DEMO_DEFAULTS = {"data": str(SAMPLE_TEXT), "tokenizer": BYTES, "name": "demo", "
 CAPACITY_WAIT_S, CAPACITY_POLL_S = 600.0, 10.0
 # Set on the run's Ray head (workloads/raycluster.py): a file holding the head's start (epoch
 # seconds), seconds after KubeRay creates the run's cluster, so waits count from there.
-RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
 
 
 class JobError(RuntimeError):
@@ -91,17 +90,19 @@ def run(cfg: TrainConfig) -> dict:
         init_ray(cfg.address)
     try:
         use_gpu = cfg.use_gpu if cfg.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
-        waited = _check_capacity(cfg, use_gpu, ray.cluster_resources,
-                                 CAPACITY_WAIT_S if cfg.address else 0.0)
+        _check_capacity(cfg, use_gpu, ray.cluster_resources, CAPACITY_WAIT_S if cfg.address else 0.0)
         run_started = _run_started_at(job_started)
-        clock = {"run_started_at": run_started,
-                 "waited_for_workers_s": job_started - run_started + waited}
+        # From the run's start (node boot and image pull included) until every worker is there.
+        clock = {"run_started_at": run_started, "waited_for_workers_s": time.time() - run_started}
         tokens = None if cfg.data in RANDOM_MODES else _tokenized(cfg, storage)
         result = _fit(cfg, storage, vocab, use_gpu, tokens, clock)
     finally:
         if started_here:
             ray.shutdown()
-    return _summary(result, storage, cfg)
+    summary = _summary(result, storage, cfg)
+    if summary["stopped"]:
+        raise JobError(summary["stopped"])
+    return summary
 
 
 def _check_model_and_data(cfg: TrainConfig) -> int | None:
@@ -133,23 +134,18 @@ def _check_memory_budget(cfg: TrainConfig, config) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from training.memory import HEADROOM, Footprint, estimate_bytes, fits, plan_batch
+    from training.memory import Footprint, cannot_fit, plan_batch
     from training.model import count_params
 
     with torch.device("meta"):
         num_params = count_params(AutoModelForCausalLM.from_config(config))
+    # Plain FSDP unless --hsdp-replicas says otherwise: the driver does not know the nodes yet;
+    # each worker checks again with the mesh it builds (engine.resolve_plan).
     shard = max(1, cfg.num_workers // (cfg.hsdp_replicas or 1))
     fp = Footprint(config, num_params, shard, int(cfg.memory_budget_gib * 2**30))
     micro, accum = plan_batch(cfg, fp, cfg.num_workers)  # the smallest plan when nothing fits
-    if fits(fp, cfg, micro_batch=micro, grad_accum=accum, checkpointing=True):
-        return
-    need = estimate_bytes(fp, micro_batch=micro, seq_len=cfg.seq_len, grad_accum=accum,
-                          reduce_dtype=cfg.reduce_dtype, checkpointing=True,
-                          zero2=False) / HEADROOM / 2**30
-    raise ConfigError([f"micro-batch {micro} at --seq-len {cfg.seq_len} needs about {need:.1f} GiB "
-                       f"per GPU even with activation checkpointing (--memory-budget-gib "
-                       f"{cfg.memory_budget_gib}); lower --micro-batch-size (raise --grad-accum "
-                       "to keep the batch) or --seq-len, or add --num-workers"])
+    if (why := cannot_fit(fp, cfg, micro_batch=micro, grad_accum=accum)):
+        raise ConfigError([f"{why} (--memory-budget-gib {cfg.memory_budget_gib})"])
 
 
 def _data_exists(uri: str) -> bool:
@@ -195,10 +191,10 @@ def _check_resume(cfg: TrainConfig, storage: Storage) -> None:
     if ckpt is None:
         return
     with storage.filesystem.open_input_stream(f"{ckpt.path}/{STATE_FILE}") as f:
-        saved = RunState(**json.loads(f.read()))
+        text = f.read().decode()
     data_id = cfg.data if cfg.data in RANDOM_MODES else _text_cache(cfg, storage)[0].fingerprint
     try:
-        notes = start_state(cfg, saved, data_id)[2]
+        notes = start_state(cfg, RunState.from_json(text, storage.display(ckpt.path)), data_id)[2]
     except CheckpointError as e:
         raise DataError(str(e)) from None
     for note in notes:
@@ -299,6 +295,7 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
         "run_dir": storage.display(run_dir),
         "nccl_transport": m.get("nccl_transport"),
         "efa_preflight": m.get("efa_preflight"),
+        "stopped": m.get("stopped"),  # why the run ended early (a non-finite loss), if it did
         **{f.name: m.get(f.name) for f in dataclasses.fields(Plan)},  # what the defaults chose
         **{k: m.get(k) for k in LINK_FIELDS},  # is the link the bottleneck?
     }

@@ -123,11 +123,11 @@ class TrainConfig:
                     "log_every")
         for name in positive:
             if getattr(self, name) < 1:
-                out.append(f"--{_flag(name)} must be at least 1 (got {getattr(self, name)})")
+                out.append(f"--{flag_name(name)} must be at least 1 (got {getattr(self, name)})")
         for name in ("checkpoint_every", "max_failures", "warmup_steps", "loss_chunk_tokens",
                      "prefetch_layers"):
             if getattr(self, name) < 0:
-                out.append(f"--{_flag(name)} must be 0 or more (got {getattr(self, name)})")
+                out.append(f"--{flag_name(name)} must be 0 or more (got {getattr(self, name)})")
         if not self.lr > 0:
             out.append(f"--lr must be positive (got {self.lr})")
         if self.memory_budget_gib is not None and self.memory_budget_gib <= 0:
@@ -169,8 +169,15 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def _flag(name: str) -> str:
+def flag_name(name: str) -> str:
+    """A field's flag without the dashes: `max_failures` -> `max-failures`."""
     return name.replace("_", "-")
+
+
+# The job reads the run's start time (written by the Ray head when the run's cluster starts,
+# workloads/raycluster.py) from the file this variable names; it counts its time to first step
+# from there, so node boot and image pull are included.
+RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
 
 
 def setting_key(name: str) -> str:
@@ -216,7 +223,7 @@ def from_settings(settings: Mapping[str, Any], prefix: str = "",
     if problems:
         raise ConfigError(problems)
     cfg = TrainConfig(**values, **(fixed or {}))
-    flag_to_key = {f"--{_flag(f.name)}": setting_key(f.name) for f in dataclasses.fields(TrainConfig)}
+    flag_to_key = {f"--{flag_name(f.name)}": setting_key(f.name) for f in dataclasses.fields(TrainConfig)}
     found = [re.sub(r"^(--[a-z-]+)", lambda m: f"{prefix}{flag_to_key.get(m[1], m[1])} ({m[1]})", p)
              for p in cfg.problems()]
     if found:

@@ -10,10 +10,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from transformers import PretrainedConfig
 
-from training.config import TrainConfig
+from training.config import ConfigError, TrainConfig
 from training.metrics import flops_per_token
 from training.model import CausalLMWithLoss, build_model, count_params
-from training.memory import Footprint, fits, plan_batch
+from training.memory import Footprint, cannot_fit, fits, plan_batch
 from training.mesh import build_mesh
 from training.parallelize import shard_model
 from training.schedule import Schedule
@@ -73,6 +73,9 @@ def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_g
     CPU-bound (bench/NOTES.md), not on CPU, where compiling costs more than a laptop run gains.
     Explicit settings always win."""
     micro, accum = plan_batch(cfg, fp, world)
+    # Over the whole limit even at the frugal end: certain OOM, refused with the fix instead.
+    if (why := cannot_fit(fp, cfg, micro_batch=micro, grad_accum=accum, headroom=1.0)):
+        raise ConfigError([why])
     checkpointing = cfg.activation_checkpointing
     if checkpointing is None:
         checkpointing = not fits(fp, cfg, micro_batch=micro, grad_accum=accum)
@@ -91,8 +94,8 @@ def memory_limit_bytes(cfg: TrainConfig, device: torch.device) -> int | None:
     total = torch.cuda.get_device_properties(device).total_memory
     if cfg.memory_budget_gib is None:
         return total
-    budget = int(cfg.memory_budget_gib * 2**30)
-    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
+    budget = min(int(cfg.memory_budget_gib * 2**30), total)  # a budget over the GPU is the GPU
+    torch.cuda.set_per_process_memory_fraction(budget / total, device)
     return budget
 
 

@@ -9,11 +9,11 @@ import argparse
 import dataclasses
 import typing
 
-from training.config import TrainConfig
+from training.config import TrainConfig, flag_name
 
 
 def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    return "--" + flag_name(name)
 
 
 def add_config_flags(ap: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
@@ -46,7 +46,7 @@ def render(cfg: TrainConfig) -> list[str]:
         if value == f.default or value is None:
             continue
         if isinstance(value, bool):
-            args.append(flag(f.name) if value else "--no-" + f.name.replace("_", "-"))
+            args.append(flag(f.name) if value else "--no-" + flag_name(f.name))
         else:
             args += [flag(f.name), repr(value) if isinstance(value, float) else str(value)]
     return args

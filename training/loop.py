@@ -134,10 +134,11 @@ class _Clock:
         self.window_steps += 1
         self.steps += 1
 
-    def lap(self, includes_first_step: bool) -> float:
-        """Seconds per step since the last lap (call after a device sync)."""
+    def lap(self, untimed: bool) -> float:
+        """Seconds per step since the last lap (call after a device sync); an `untimed` window
+        (the first step's warm-up, the profiled step) stays out of the run's rate."""
         elapsed = time.perf_counter() - self.window_start
-        if not includes_first_step:
+        if not untimed:
             self.timed_time += elapsed
             self.timed_steps += self.window_steps
         return elapsed / self.window_steps
@@ -166,8 +167,8 @@ class _NonFiniteGuard:
 
     def observe(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
         bad = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
-        self.first_bad = torch.where(bad, torch.minimum(self.first_bad, torch.tensor(
-            step, device=self.first_bad.device)), self.first_bad)
+        # A Python scalar bound: no host-to-device copy, so no sync (unlike torch.tensor(step)).
+        self.first_bad = torch.where(bad, self.first_bad.clamp(max=step), self.first_bad)
 
     def check(self, saved_step: int | None) -> None:
         first = self.first_bad.clone()
@@ -208,6 +209,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
     saved_step = info["resumed_from_step"]
     last: dict = {"step": state.step, "first_loss": state.first_loss, **info}  # if no step runs
     first_step = state.step + 1
+    untimed = True  # the window holds the first step (warm-up) or the profiled one
     for step in range(first_step, cfg.steps + 1):
         micro = [batch_at(step, state.samples_seen, m) for m in range(cfg.grad_accum)]
         if cfg.nan_at_step == step and info["resumed_from_step"] is None:
@@ -216,6 +218,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
         if step == first_step + 1:  # warm (compiled, connected): where one step's time goes
             loss, shares = device_time.profile_step(run_step, engine.device)
             info.update(shares)
+            untimed = True
             if rank == 0:
                 print(device_time.link_report(info), flush=True)
         else:
@@ -226,11 +229,19 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
         clock.tick()
         save = bool(cfg.checkpoint_every) and (step == cfg.steps or step % cfg.checkpoint_every == 0)
         if save or step in (first_step, cfg.steps) or step % cfg.log_every == 0:
-            guard.check(saved_step)
+            try:
+                guard.check(saved_step)
+            except NonFiniteError as e:  # every rank: the check is collective
+                # Not a worker failure: a retry would replay the same samples at the same
+                # learning rate into the same divergence, so the run ends here and says why.
+                if files:
+                    files.append_metrics(pending)
+                    files.write_json("summary.json", {**last, "stopped": str(e)})
+                return
             loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
             if step == first_step and run_started_at is not None:  # wall clock: the run began
                 info["time_to_first_step_s"] = time.time() - run_started_at  # on another node
-            step_time = clock.lap(includes_first_step=step == first_step)
+            step_time = clock.lap(untimed=untimed)
             tps = clock.tokens_per_step / step_time
             if state.first_loss is None:
                 state = dataclasses.replace(state, first_loss=loss_value)
@@ -259,6 +270,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
             else:
                 ray.train.report(metrics)
             clock.restart()
+            untimed = False
         _inject_fault(cfg, step, info, rank)
     if files:
         files.append_metrics(pending)

@@ -65,6 +65,23 @@ def fits(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum: int,
     return need <= HEADROOM * fp.limit_bytes
 
 
+def cannot_fit(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum: int,
+               headroom: float = HEADROOM) -> str | None:
+    """Why this plan cannot fit even with activation checkpointing and ZeRO-3 (the frugal end of
+    every lever), or None when it can (or there is no limit)."""
+    if fp.limit_bytes is None:
+        return None
+    need = estimate_bytes(fp, micro_batch=micro_batch, seq_len=cfg.seq_len, grad_accum=grad_accum,
+                          reduce_dtype=cfg.reduce_dtype, checkpointing=True, zero2=False)
+    if need <= headroom * fp.limit_bytes:
+        return None
+    fix = ("--seq-len, or add workers" if cfg.tokens_per_step else
+           "--micro-batch-size (raise --grad-accum to keep the batch) or --seq-len, or add workers")
+    return (f"micro-batch {micro_batch} at --seq-len {cfg.seq_len} needs about "
+            f"{need / headroom / 2**30:.1f} GiB per GPU even with activation checkpointing, over "
+            f"the {fp.limit_bytes / 2**30:.1f} GiB available; lower {fix}")
+
+
 def plan_batch(cfg: TrainConfig, fp: Footprint, world: int) -> tuple[int, int]:
     """(micro-batch, accumulation) for --tokens-per-step, or the flags' own when it is not set.
 
@@ -77,7 +94,8 @@ def plan_batch(cfg: TrainConfig, fp: Footprint, world: int) -> tuple[int, int]:
         return cfg.micro_batch_size, cfg.grad_accum
     sequences = max(1, cfg.tokens_per_step // (cfg.seq_len * world))
     sizes = [m for m in range(sequences, 0, -1) if sequences % m == 0]
-    for checkpointing in (False, True):
+    explicit = cfg.activation_checkpointing
+    for checkpointing in (False, True) if explicit is None else (explicit,):
         for m in sizes:
             if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
                 return m, sequences // m

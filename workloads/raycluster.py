@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from stack.config import StackConfig
 from stack.kube import GPU_TOLERATION, HF_TOKEN_SECRET, SERVICE_ACCOUNT
+from training.config import RUN_STARTED_ENV
 
 # Head pod: fits beside the KubeRay operator (100m/512Mi) and the node's DaemonSets on an
 # m7i.xlarge (4 vCPU, 16 GiB, ~3.9 CPU / ~14.5 GiB allocatable).
@@ -15,11 +16,11 @@ NODE_CPU_RESERVE = 4
 NODE_MEMORY_FRACTION = 0.85
 SHM_FRACTION = 0.3  # /dev/shm for NCCL and the data loaders, out of the pod's memory
 NCCL_NET_EFA = "Libfabric"
-# The head records when it started (seconds after KubeRay creates the run's cluster, long before
-# the GPU nodes are up); the job reads the file named by this variable (training/cli.py), so its
-# time to first step includes node boot and image pull. In the ray-logs volume: the first start
-# of the pod counts, not a container restart.
-RUN_STARTED_ENV, RUN_STARTED_FILE = "RUN_STARTED_AT_FILE", "/tmp/ray/run-started-at"
+# The head records when it started (once its image is on the system node, long before the GPU
+# nodes are up) in this file, which the job reads (training.config.RUN_STARTED_ENV), so its time
+# to first step includes node boot and image pull. In the ray-logs volume: the first start of the
+# pod counts, not a container restart.
+RUN_STARTED_FILE = "/tmp/ray/run-started-at"
 
 
 def worker_resources(cfg: StackConfig) -> dict:

@@ -75,9 +75,11 @@ def test_worker_killed_right_after_a_save_resumes_from_that_save(tmp_path):
 
 
 def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_path):
+    # Not retried as a worker failure: a retry would replay the same divergence (the hook fires
+    # only in a fresh attempt, so a retried run would "succeed" here and fail this test).
     with pytest.raises(cli.JobError, match="not finite at step 5.*checkpoint step 4"):
         run(tmp_path, "--steps", "12", "--checkpoint-every", "2", "--log-every", "100",
-            "--nan-at-step", "5")
+            "--nan-at-step", "5", "--max-failures", "1")
     kept = sorted(p.name for p in (tmp_path / "runs/qwen-fsdp").glob("checkpoint-step*"))
     assert kept == ["checkpoint-step0000002", "checkpoint-step0000004"]
 

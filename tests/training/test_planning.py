@@ -122,3 +122,24 @@ def test_link_report_names_bandwidths_and_exposed_share():
     assert line == ("link: all-gather bus bandwidth 11.50 GB/s; exposed communication 62% of a "
                     "step (communication 80%)")
     assert "no collectives" in link_report({"allgather_busbw_gbps": None})
+
+
+def test_an_explicit_activation_checkpointing_setting_binds_the_planner():
+    tokens = 8 * 16 * 2048
+    auto = plan_batch(*_l4(4, tokens_per_step=tokens), world=8)
+    cfg, fp = _l4(4, tokens_per_step=tokens, activation_checkpointing=True)
+    with_ac = plan_batch(cfg, fp, world=8)
+    assert with_ac[0] > auto[0]  # checkpointing frees memory for larger micro-batches
+    assert fits(fp, cfg, micro_batch=with_ac[0], grad_accum=with_ac[1], checkpointing=True)
+    cfg, fp = _l4(4, tokens_per_step=tokens, activation_checkpointing=False)
+    micro, accum = plan_batch(cfg, fp, world=8)
+    assert fits(fp, cfg, micro_batch=micro, grad_accum=accum)  # never a plan needing checkpoints
+
+
+def test_a_plan_over_the_whole_gpu_even_at_the_frugal_end_is_refused_before_training():
+    cfg, fp = _l4(8, micro_batch_size=64)  # 131,072 tokens of activations per L4
+    with pytest.raises(ConfigError, match="micro-batch 64 at --seq-len 2048 needs about .* GiB "
+                                          "per GPU even with activation checkpointing"):
+        resolve_plan(cfg, fp, 8, "1x8", on_gpu=True)
+    cfg, fp = _l4(8, micro_batch_size=2)
+    assert resolve_plan(cfg, fp, 8, "1x8", on_gpu=True).micro_batch_size == 2  # fits: planned

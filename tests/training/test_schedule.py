@@ -60,3 +60,11 @@ def test_resuming_on_other_data_is_refused_with_the_fix():
     saved = checkpoint.RunState(step=4, data="abc", schedule=Schedule(1e-3, 0, 8).to_dict())
     with pytest.raises(checkpoint.CheckpointError, match="use the same --data.*or a new --name"):
         start_state(TrainConfig(steps=8), saved, "def")
+
+
+@pytest.mark.parametrize("text", ['{"step": 4, "data_position": 8}', '{"step": 4}', "[4]", "{"])
+def test_a_checkpoint_state_from_an_older_job_is_refused_with_what_to_do(text):
+    from training.checkpoint import CheckpointError, RunState
+
+    with pytest.raises(CheckpointError, match="older version of the job.*another --name"):
+        RunState.from_json(text, "s3://b/runs/x/checkpoint-step0000004")
