@@ -8,19 +8,19 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stack import pulumi_config
 from infra import existing
-from infra.autoscaler import AutoscalerIdentity
 from infra.access import CREATOR_OUTPUT
+from infra.autoscaler import AutoscalerIdentity
 from infra.cluster import Cluster
 from infra.cost import hourly_cost
 from infra.network import Network, lookup_zones
 from infra.storage import CheckpointStorage
+from stack import pulumi_config
 from stack.catalog import KUBERNETES_RELEASES
+from stack.kube import NAMESPACE, SERVICE_ACCOUNT
 from workloads import helm_values
 from workloads.addons import Addons
 from workloads.code_bundle import bundle
-from stack.kube import NAMESPACE, SERVICE_ACCOUNT
 from workloads.ray import RayWorkloads
 
 REPO = Path(__file__).resolve().parent
@@ -33,10 +33,16 @@ def run() -> None:
     hf_token = pulumi_config.hf_token()
     profile = pulumi.Config("aws").get("profile")  # the Kubernetes provider authenticates with it
 
+    crd_provider = None
     if cfg.existing_cluster_name:
         cluster_name, kubeconfig, user_kubeconfig = existing.lookup(cfg, profile)
         addon_deps: list[pulumi.Resource] = []
         gpu_zone, node_group_names, autoscaler_values, creator = None, {}, None, None
+        # KubeRay's CRDs may be there already: pulumi-kubernetes >= 4.29 creates with a plain POST
+        # and fails on AlreadyExists unless told to adopt (CHANGELOG 4.29.0). Only the CRDs:
+        # anything else of that name on a shared cluster is not ours to take over.
+        crd_provider = k8s.Provider("k8s-crds", kubeconfig=kubeconfig, enable_server_side_apply=True,
+                                    upsert_existing_objects=True)
     else:
         network = Network("net", cfg, lookup_zones(cfg))
         cluster = Cluster("eks", cfg, network, profile)
@@ -50,13 +56,6 @@ def run() -> None:
             cluster_name, cfg.region, KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler)
 
     provider = k8s.Provider("k8s", kubeconfig=kubeconfig, enable_server_side_apply=True)
-    crd_provider = None
-    if cfg.existing_cluster_name:
-        # KubeRay's CRDs may be there already: pulumi-kubernetes >= 4.29 creates with a plain POST
-        # and fails on AlreadyExists unless told to adopt (CHANGELOG 4.29.0). Only the CRDs:
-        # anything else of that name on a shared cluster is not ours to take over.
-        crd_provider = k8s.Provider("k8s-crds", kubeconfig=kubeconfig, enable_server_side_apply=True,
-                                    upsert_existing_objects=True)
     storage = CheckpointStorage("ckpt", cfg, cluster_name, NAMESPACE, SERVICE_ACCOUNT)
     addons = Addons("addons", provider, depends_on=addon_deps,
                     system_node_selector=dict(cfg.system_node_selector),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from training.device_time import summarize
 
+
 def profile_steps(step, batches, device, trace_path: Path) -> dict:
     """Run `step` over `batches` under the torch profiler; write a gzipped Chrome trace (open it in
     Perfetto) and return its summary."""

@@ -27,6 +27,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from training.engine import Engine
+from training.run_files import RunFiles
 
 STATE_FILE = "train_state.json"
 MARKER = "COMPLETE"
@@ -149,5 +150,5 @@ def resume(engine: Engine) -> RunState | None:
 
 
 def _storage() -> tuple[pafs.FileSystem, str]:
-    storage = ray.train.get_context().get_storage()
-    return storage.storage_filesystem, storage.experiment_fs_path
+    files = RunFiles.from_context()
+    return files.fs, files.run_dir

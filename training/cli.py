@@ -36,8 +36,6 @@ DEMO_DEFAULTS = {"data": str(SAMPLE_TEXT), "tokenizer": BYTES, "name": "demo", "
 # every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
 # Ray never grows, so there the check fails at once.
 CAPACITY_WAIT_S, CAPACITY_POLL_S = 600.0, 10.0
-# Set on the run's Ray head (workloads/raycluster.py): a file holding the head's start (epoch
-# seconds), seconds after KubeRay creates the run's cluster, so waits count from there.
 
 
 class JobError(RuntimeError):
@@ -168,8 +166,8 @@ def _text_cache(cfg: TrainConfig, storage: Storage) -> tuple[TokenCache, str, st
     uri = cfg.data if "://" in cfg.data else os.path.abspath(cfg.data)
     tok = cfg.tokenizer or cfg.model
     tok = os.path.abspath(tok) if os.path.isdir(tok) else tok
-    run_dir = f"{storage.path}/{cfg.name}"
-    return TokenCache.for_run(storage.filesystem, run_dir, uri, tok, cfg.seq_len), uri, tok
+    return TokenCache.for_run(storage.filesystem, storage.run_dir(cfg.name), uri, tok,
+                              cfg.seq_len), uri, tok
 
 
 def _tokenized(cfg: TrainConfig, storage: Storage) -> dict:
@@ -187,7 +185,7 @@ def _check_resume(cfg: TrainConfig, storage: Storage) -> None:
     from training.checkpoint import STATE_FILE, CheckpointError, RunState, latest
     from training.loop import start_state
 
-    ckpt = latest(storage.filesystem, f"{storage.path}/{cfg.name}", None)
+    ckpt = latest(storage.filesystem, storage.run_dir(cfg.name), None)
     if ckpt is None:
         return
     with storage.filesystem.open_input_stream(f"{ckpt.path}/{STATE_FILE}") as f:
@@ -275,7 +273,7 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
     from training.engine import Plan
     from training.run_files import RunFiles
 
-    run_dir = f"{storage.path}/{cfg.name}"
+    run_dir = storage.run_dir(cfg.name)
     m = RunFiles(storage.filesystem, run_dir).read_json("summary.json") or {}
     ckpt = latest(storage.filesystem, run_dir, result.checkpoint)
     return {

@@ -53,16 +53,14 @@ def text_format(uri: str) -> str:
 def tokenize(texts, tokenizer_name: str) -> np.ndarray:
     """Token ids of the documents, each followed by the end-of-text id, concatenated."""
     if tokenizer_name == BYTES:
-        ids = []
-        for text in texts:
-            ids.extend(str(text).encode())
-            ids.append(BYTES_VOCAB - 1)
-        return np.asarray(ids, dtype=np.int64)
-    tok = _hf_tokenizer(tokenizer_name)
-    eos = tok.eos_token_id if tok.eos_token_id is not None else 0
-    ids = []
+        encode, eos = str.encode, BYTES_VOCAB - 1
+    else:
+        tok = _hf_tokenizer(tokenizer_name)
+        encode = functools.partial(tok.encode, add_special_tokens=False)
+        eos = tok.eos_token_id if tok.eos_token_id is not None else 0
+    ids: list[int] = []
     for text in texts:
-        ids.extend(tok(str(text), add_special_tokens=False)["input_ids"])
+        ids.extend(encode(str(text)))
         ids.append(eos)
     return np.asarray(ids, dtype=np.int64)
 

@@ -109,8 +109,7 @@ def _batches(cfg: TrainConfig, rank: int, world: int, vocab: int, tokens: dict |
         return lambda step, _seen, micro: data.random_batch(
             seed=cfg.seed, rank=rank, step=step, micro=micro, batch=cfg.micro_batch_size,
             seq_len=cfg.seq_len, vocab=vocab, repeat=cfg.data == "repeat")
-    samples = data.Samples(ray.train.get_context().get_storage().storage_filesystem,
-                           tokens["directory"])
+    samples = data.Samples(RunFiles.from_context().fs, tokens["directory"])
     return lambda _step, seen, micro: samples.batch(seen, rank=rank, world=world, micro=micro,
                                                    batch=cfg.micro_batch_size)
 

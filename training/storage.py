@@ -26,6 +26,10 @@ class Storage:
     path: str  # path on `filesystem`
     filesystem: pafs.FileSystem
 
+    def run_dir(self, name: str) -> str:
+        """Where Ray Train keeps the run `name` (RunConfig(name, storage_path)) on `filesystem`."""
+        return f"{self.path}/{name}"
+
     def display(self, fs_path: str) -> str:
         return f"s3://{fs_path}" if isinstance(self.filesystem, pafs.S3FileSystem) else fs_path
 
