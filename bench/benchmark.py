@@ -211,7 +211,7 @@ def bench_func(opts: dict) -> None:
     import torch.distributed as dist
 
     from training import transport
-    from training.data import random_batch
+    from training.data.random_tokens import random_batch
     from training.engine import memory_limit_bytes
     from training.ray_setup import worker_context
     from training.metrics import flops_per_token, peak_flops

@@ -45,7 +45,7 @@ class RunState:
     samples_seen: int = 0  # sequences consumed across all ranks (text data)
     first_loss: float | None = None  # the run's, not the attempt's
     schedule: dict = field(default_factory=dict)  # training.schedule.Schedule.to_dict()
-    data: str | None = None  # fingerprint of the tokenized text (training.data.TokenCache)
+    data: str | None = None  # fingerprint of the tokenized text (training.data.cache.TokenCache)
 
     @classmethod
     def from_json(cls, text: str, where: str) -> "RunState":

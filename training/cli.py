@@ -21,14 +21,17 @@ from typing import Callable
 
 from training import quiet
 from training.config import LOCAL_DEFAULTS, RUN_STARTED_ENV, ConfigError, TrainConfig
-from training.data import BYTES, BYTES_VOCAB, RANDOM_MODES, DataError, TokenCache
+from training.data import DataError
+from training.data.cache import TokenCache
+from training.data.random_tokens import RANDOM_MODES
+from training.data.tokenize import BYTES, BYTES_VOCAB
 from training.flags import add_config_flags
 from training.model import ModelError, is_builtin, max_positions, model_config
 from training.ray_setup import init_ray
 from training.storage import Storage, StorageError, check_writable, resolve
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
-SAMPLE_TEXT = Path(__file__).resolve().parent / "sample_data" / "tiny_corpus.jsonl"
+SAMPLE_TEXT = Path(__file__).resolve().parent / "data" / "sample_data" / "tiny_corpus.jsonl"
 DEMO_DEFAULTS = {"data": str(SAMPLE_TEXT), "tokenizer": BYTES, "name": "demo", "log_every": 1,
                  "lr": 3e-3}
 """What `--demo` (`make demo`) adds to `--local`: a loss that visibly falls within seconds."""

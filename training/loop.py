@@ -18,7 +18,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from training import bandwidth, checkpoint, data, device_time, transport
+from training import bandwidth, checkpoint, device_time, transport
+from training.data.packing import Samples
+from training.data.random_tokens import RANDOM_MODES, random_batch
 from training.config import TrainConfig
 from training.engine import Engine, build_engine, mean_across_ranks, train_step
 from training.metrics import mfu, peak_flops
@@ -105,11 +107,11 @@ BatchAt = Callable[[int, int, int], tuple[torch.Tensor, torch.Tensor]]
 
 def _batches(cfg: TrainConfig, rank: int, world: int, vocab: int, tokens: dict | None) -> BatchAt:
     """(step, samples seen before it, micro-batch index) -> this rank's (inputs, labels)."""
-    if cfg.data in data.RANDOM_MODES:
-        return lambda step, _seen, micro: data.random_batch(
+    if cfg.data in RANDOM_MODES:
+        return lambda step, _seen, micro: random_batch(
             seed=cfg.seed, rank=rank, step=step, micro=micro, batch=cfg.micro_batch_size,
             seq_len=cfg.seq_len, vocab=vocab, repeat=cfg.data == "repeat")
-    samples = data.Samples(RunFiles.from_context().fs, tokens["directory"])
+    samples = Samples(RunFiles.from_context().fs, tokens["directory"])
     return lambda _step, seen, micro: samples.batch(seen, rank=rank, world=world, micro=micro,
                                                    batch=cfg.micro_batch_size)
 

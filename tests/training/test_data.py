@@ -8,8 +8,9 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from training.data import (BYTES, INDEX_FILE, TOKENS_FILE, Samples, TokenCache, sample_start,
-                           tokenize)
+from training.data.cache import INDEX_FILE, TOKENS_FILE, TokenCache
+from training.data.packing import Samples, sample_start
+from training.data.tokenize import BYTES, tokenize
 
 
 def _consumed(samples_seen: int, steps: int, world: int, accum: int,

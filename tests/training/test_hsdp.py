@@ -51,7 +51,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 
     from training.bandwidth import probe
     from training.config import TrainConfig
-    from training.data import random_batch
+    from training.data.random_tokens import random_batch
     from training.engine import build_engine, mean_across_ranks, train_step
     from training.model import model_config
 

@@ -85,7 +85,7 @@ def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_
 
 
 def test_trains_on_shipped_text_exports_and_continues_from_the_export(tmp_path, tokenizer_dir):
-    text = ["--data", str(REPO / "training/sample_data/tiny_corpus.jsonl"), "--seq-len", "64",
+    text = ["--data", str(REPO / "training/data/sample_data/tiny_corpus.jsonl"), "--seq-len", "64",
             "--micro-batch-size", "2", "--checkpoint-every", "0"]
     s = run(tmp_path, *text, "--tokenizer", str(tokenizer_dir), "--steps", "12", "--lr", "5e-3",
             "--log-every", "4", "--export")

@@ -8,7 +8,7 @@ import torch
 
 from training import cli
 from training.config import ConfigError
-from training.data import random_batch
+from training.data.random_tokens import random_batch
 from training.loss import fused_linear_cross_entropy
 from training.metrics import flops_per_token, merge_csv, mfu, peak_flops
 from training.model import build_model, count_params, model_config
