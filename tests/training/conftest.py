@@ -29,6 +29,34 @@ def tokenizer_dir(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def qwen_template_tokenizer(tmp_path_factory):
+    """A small byte-level BPE with Qwen2.5's special tokens, EOS and chat template (read from
+    ../shared/reference/qwen2.5, never copied here): the real template on an offline tokenizer."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.conftest import SHARED, need
+
+    ref = json.loads(need(SHARED / "reference/qwen2.5/tokenizer_config.json").read_text())
+    specials = [t["content"] for _, t in sorted(ref["added_tokens_decoder"].items(),
+                                                key=lambda kv: int(kv[0]))]
+    corpus = (REPO / "training/data/sample_data/tiny_corpus.jsonl").read_text().splitlines()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    out = tmp_path_factory.mktemp("qwen-template-tokenizer")
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=ref["eos_token"],
+                            pad_token=ref["pad_token"],
+                            chat_template=ref["chat_template"]).save_pretrained(out)
+    return out
+
+
 @pytest.fixture()
 def s3_server(monkeypatch):
     """An S3-compatible server (moto) on loopback with an empty bucket; yields the bucket name."""
@@ -56,3 +84,17 @@ def s3_server(monkeypatch):
             time.sleep(0.3)
     yield client
     proc.kill()
+
+
+@pytest.fixture()
+def no_ray(monkeypatch):
+    """cli.run with Ray not started and not startable."""
+    import ray
+
+    from training import cli
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("Ray was started for input that is known bad beforehand")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(cli, "init_ray", refuse)

@@ -136,18 +136,6 @@ def test_resuming_a_run_on_other_data_fails_before_ray_starts(tmp_path, no_ray):
         run(tmp_path, "--data", "repeat")
 
 
-@pytest.fixture()
-def no_ray(monkeypatch):
-    """cli.run with Ray not started and not startable."""
-    import ray
-
-    def refuse(*_args, **_kwargs):
-        raise AssertionError("Ray was started for input that is known bad beforehand")
-
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(cli, "init_ray", refuse)
-
-
 def test_more_workers_than_the_cluster_has_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="needs 64 CPUs"):
         run(tmp_path, "--num-workers", "64")
@@ -156,7 +144,7 @@ def test_more_workers_than_the_cluster_has_is_refused(tmp_path):
 def test_empty_dataset_is_rejected_before_training(tmp_path, tokenizer_dir):
     empty = tmp_path / "empty.jsonl"
     empty.write_text(json.dumps({"text": ""}) + "\n")
-    with pytest.raises(ValueError, match="holds no text"):
+    with pytest.raises(ValueError, match="empty.jsonl row 1: no token to train on"):
         run(tmp_path, "--data", str(empty), "--tokenizer", str(tokenizer_dir))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-RANDOM_MODES = ("random", "repeat")
+from training.config import RANDOM_DATA as RANDOM_MODES  # the one list, in the config
 
 
 def random_batch(*, seed: int, rank: int, step: int, micro: int, batch: int, seq_len: int,
