@@ -192,3 +192,15 @@ def test_a_copy_of_local_data_is_the_same_data_and_an_edit_is_not(tmp_path):
     assert fingerprint(Source.open(a), BYTES, 8) != fingerprint(Source.open(b), BYTES, 8)
     assert fingerprint(Source.open(a), BYTES, 8) != fingerprint(Source.open(a), BYTES, 8,
                                                                 eval_fraction=0.1)
+
+
+def test_the_shipped_instruction_set_is_what_its_generator_writes_and_trains_on_answers():
+    from training.data.synthetic import SHIPPED, examples, render
+
+    assert SHIPPED.read_text() == render(examples())
+    rows = [json.loads(line) for line in SHIPPED.read_text().splitlines()]
+    add = next(r["messages"] for r in rows if r["messages"][0]["content"].startswith("What is"))
+    a, b = (int(x) for x in add[0]["content"][len("What is "):-1].split(" + "))
+    assert add[1] == {"role": "assistant", "content": str(a + b)}
+    ids, trained = tokens(rows[0], "messages", ByteEncoder(), "completion")
+    assert _spans(ids, trained) == [[*rows[0]["messages"][1]["content"].encode(), EOS]]

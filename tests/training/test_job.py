@@ -155,9 +155,14 @@ def test_demo_learns_the_sample_text_and_logs_and_plots_every_step(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 12 and summary["resumed_from_step"] is None
-    # From a uniform guess over 257 byte values (ln 257 = 5.55) to the bytes of English words.
+    assert summary["data_format"] == "messages" and "loss on the assistant turns" in proc.stdout
+    # From a uniform guess over 257 byte values (ln 257 = 5.55) to the bytes of the answers,
+    # on the held-out split as well.
     assert summary["last_loss"] < summary["first_loss"] - 1.0, summary
-    assert [int(r["step"]) for r in read_metrics(tmp_path, "demo")] == list(range(1, 13))
+    assert summary["eval_loss"] < summary["first_eval_loss"] - 1.0, summary
+    rows = read_metrics(tmp_path, "demo")
+    assert [int(r["step"]) for r in rows] == list(range(0, 13))  # step 0: the first evaluation
+    assert [int(r["step"]) for r in rows if r["eval_loss"]] == [0, 5, 10, 12]
     assert (tmp_path / "runs/demo/metrics.png").stat().st_size > 0
     assert summary["nccl_transport"] == "not-used"  # gloo: says so rather than guessing
     # What the defaults resolved to on CPU: eager, ZeRO-3, no activation checkpointing.

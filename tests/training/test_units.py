@@ -83,6 +83,18 @@ def test_cli_reports_every_bad_flag_at_once():
         assert flag in text
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--data", "d.jsonl", "--eval-fraction", "1"], "--eval-fraction must be at least 0 and below 1"),
+    (["--data", "d.jsonl", "--eval-every", "-1"], "--eval-every must be 0 or more"),
+    (["--data", "d.jsonl", "--eval-fraction", "0.1", "--eval-data", "e.jsonl"],
+     "--eval-fraction and --eval-data both set"),
+    (["--data", "random", "--eval-fraction", "0.1"], "--eval-fraction/--eval-data need --data files"),
+])
+def test_evaluation_settings_are_validated_naming_the_flag(flags, message):
+    with pytest.raises(ConfigError, match=message):
+        cli.parse(flags)
+
+
 def test_local_flag_is_the_laptop_default_and_other_flags_still_apply():
     cfg = cli.parse(["--local", "--steps", "7"])
     assert (cfg.model, cfg.num_workers, cfg.use_gpu, cfg.address, cfg.steps) == (
