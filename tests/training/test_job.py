@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import REPO
 from training import checkpoint, cli
 from training.config import ConfigError, TrainConfig
+from training.data.synthetic import SHIPPED
 from training.engine import lr_at
 from training.schedule import Schedule
 
@@ -66,12 +67,23 @@ def test_rerun_resumes_continues_steps_schedule_and_first_loss_skipping_torn_sav
     assert lrs[4:] == pytest.approx([lrs[3]] * 4) and lrs[4] < lr_at(5, TrainConfig(steps=8))
 
 
-def test_worker_killed_right_after_a_save_resumes_from_that_save(tmp_path):
+def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_eval_losses(
+        tmp_path):
+    chat = ["--data", str(SHIPPED), "--tokenizer", "bytes", "--seq-len", "64",
+            "--micro-batch-size", "2", "--eval-fraction", "0.05", "--eval-every", "2",
+            "--steps", "6", "--checkpoint-every", "4", "--log-every", "1"]
+    straight = run(tmp_path, *chat, "--name", "straight")
     # No grace period: the dying rank exits as soon as the save returns, before Ray Train's
     # controller polls and registers the checkpoint; the COMPLETE marker still finds it.
-    s = run(tmp_path, "--steps", "6", "--checkpoint-every", "4", "--max-failures", "1",
-            "--fault-at-step", "4", "--log-every", "1")
+    s = run(tmp_path, *chat, "--max-failures", "1", "--fault-at-step", "4")
     assert s["steps"] == 6 and s["resumed_from_step"] == 4
+    # Evaluated before step 1, at 2 and 4 (first attempt) and 6 (after the resume): the same
+    # losses as the uninterrupted run, to the bit.
+    evals = [{r["step"]: r["eval_loss"] for r in read_metrics(tmp_path, name) if r["eval_loss"]}
+             for name in ("straight", "qwen-fsdp")]
+    assert list(evals[0]) == ["0", "2", "4", "6"] and evals[0] == evals[1]
+    assert (s["first_eval_loss"], s["eval_loss"]) == (straight["first_eval_loss"],
+                                                      straight["eval_loss"])
 
 
 def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_path):
