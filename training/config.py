@@ -18,6 +18,7 @@ TRANSPORT_EXPECTATIONS = ("any", "efa")
 REDUCE_DTYPES = ("fp32", "bf16")
 FALLBACK_ACTIONS = ("fail", "warn")
 LOSS_TOKENS = ("completion", "all")
+ATTENTION = ("sdpa", "flex_attention")
 RANDOM_DATA = ("random", "repeat")  # --data values that are not files (training.data.random_tokens)
 
 
@@ -90,6 +91,10 @@ class TrainConfig:
                                                "keeps them (ZeRO-2: more memory, less communication); "
                                                "default: off when they fit without activation "
                                                "checkpointing, on otherwise"})
+    attention: Literal["sdpa", "flex_attention"] = field(default="sdpa", metadata={
+        "help": "attention kernel (transformers' attn_implementation); both keep packed "
+                "documents apart: sdpa with a dense block mask, flex_attention with a block-sparse "
+                "one"})
     loss_chunk_tokens: int = field(default=2048, metadata={"help": "tokens per chunk of the fused "
                                    "LM-head + cross-entropy (never materializes the full logits); "
                                    "0 computes full logits (for comparison only)"})
@@ -162,6 +167,8 @@ class TrainConfig:
 
     def _eval_problems(self) -> list[str]:
         out = []
+        if self.attention not in ATTENTION:
+            out.append(f"--attention must be one of {ATTENTION} (got {self.attention!r})")
         if self.loss_tokens not in LOSS_TOKENS:
             out.append(f"--loss-tokens must be one of {LOSS_TOKENS} (got {self.loss_tokens!r})")
         if not 0 <= self.eval_fraction < 1:

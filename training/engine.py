@@ -47,7 +47,7 @@ class Engine:
 
 def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
     """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process group."""
-    lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device)
+    lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device, attention=cfg.attention)
     num_params = count_params(lm)
     world = dist.get_world_size() if dist.is_initialized() else 1
     mesh, layout = build_mesh(cfg.hsdp_replicas, device)

@@ -60,7 +60,7 @@ def max_positions(config: PretrainedConfig) -> int:
 
 
 def build_model(spec: str, config: PretrainedConfig, *, seed: int,
-                device: torch.device | None = None) -> nn.Module:
+                device: torch.device | None = None, attention: str = "sdpa") -> nn.Module:
     """Random init (same weights on every rank, from `seed`) or pretrained weights, in fp32.
 
     fp32 is deliberate: these are the master weights; FSDP2's mixed-precision policy casts to bf16
@@ -69,9 +69,9 @@ def build_model(spec: str, config: PretrainedConfig, *, seed: int,
     if is_builtin(spec):
         torch.manual_seed(seed)
         with torch.device(device or "cpu"):
-            return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
+            return AutoModelForCausalLM.from_config(config, attn_implementation=attention,
                                                     dtype=torch.float32)
-    return AutoModelForCausalLM.from_pretrained(spec, config=config, attn_implementation="sdpa",
+    return AutoModelForCausalLM.from_pretrained(spec, config=config, attn_implementation=attention,
                                                 dtype=torch.float32)
 
 
