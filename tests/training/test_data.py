@@ -204,3 +204,32 @@ def test_the_shipped_instruction_set_is_what_its_generator_writes_and_trains_on_
     assert add[1] == {"role": "assistant", "content": str(a + b)}
     ids, trained = tokens(rows[0], "messages", ByteEncoder(), "completion")
     assert _spans(ids, trained) == [[*rows[0]["messages"][1]["content"].encode(), EOS]]
+
+
+def _tokenizer(tmp_path, bos: bool, eos: bool) -> str:
+    """A small BPE whose post-processor adds a BOS, as Llama 3's and Gemma's do (or not)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(["a plain document", "another one"],
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"]))
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    out = tmp_path / f"tok-{bos}-{eos}"
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>",
+                            eos_token="</s>" if eos else None).save_pretrained(out)
+    return str(out)
+
+
+def test_a_document_is_the_tokenizers_own_encoding_with_its_bos_and_eos_and_no_made_up_id(
+        tmp_path):
+    with_bos = HFEncoder(_tokenizer(tmp_path, bos=True, eos=True))
+    ids, trained = tokens({"text": "a plain document"}, "text", with_bos, "completion")
+    bos, eos = with_bos.tok.convert_tokens_to_ids(["<s>", "</s>"])
+    assert ids[0] == bos and ids[-1] == eos and ids.count(bos) == 1 and all(trained)
+    no_eos = HFEncoder(_tokenizer(tmp_path, bos=False, eos=False))
+    ids, _ = tokens({"text": "a plain document"}, "text", no_eos, "completion")
+    assert ids == no_eos.tok.encode("a plain document")  # nothing appended, no id 0

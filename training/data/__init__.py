@@ -1,15 +1,15 @@
-"""Training batches: deterministic random tokens, or text tokenized once into an indexed file.
+"""The data path, in one place: what a run trains on and how it reaches the workers.
 
-Random tokens (the reference's mode) are a pure function of (seed, rank, step, micro-batch), so a
-resumed run sees exactly the batches it would have seen.
-
-Text is tokenized once per run by Ray Data on the cluster and packed, on the driver, into
-`seq_len + 1`-token samples in a fixed order (Ray Data's `preserve_order`; directories are listed
-sorted, ray/data/datasource/file_meta_provider.py `_list_files`). The samples go into
-`tokens-<fingerprint>/` in the run directory: a flat uint32 file and `index.json`, written last.
-Sample `i` is row `i mod n` of that file, so the stream of samples is a pure function of how many
-the run has consumed (`samples_seen`, saved in every checkpoint): a resume reads from there with
-any world size or micro-batch, covers every sample once per epoch, and tokenizes nothing again.
+- `random_tokens.py`: deterministic random tokens (`--data random|repeat`), for transport and
+  throughput checks.
+- `source.py`: the files of `--data` (local or s3://), their identity and their rows.
+- `formats.py` and `tokenize.py`: text, prompt/completion and chat rows into token ids, and which
+  of them the loss trains on.
+- `cache.py`: the tokenized, packed form in the run directory, built once on the driver before
+  Ray starts; `prepare.py` builds it and checks it against the model.
+- `packing.py`: which samples each rank reads (a pure function of how many the run has consumed,
+  saved in every checkpoint, so resumes are exact), their labels and per-document positions.
+- `synthetic.py`: the generator of the shipped instruction set.
 """
 
 
