@@ -74,8 +74,12 @@ def test_bytes_chat_format_trains_the_assistant_turns_and_their_end():
     assert _spans(ids, trained) == [[ord("4"), EOS], [ord("6"), EOS]]
 
 
-def test_qwen25_template_trains_exactly_the_assistant_turns(qwen_template_tokenizer):
-    enc = HFEncoder(str(qwen_template_tokenizer))
+@pytest.mark.parametrize("eos", ["<|im_end|>", "<|endoftext|>"])  # Instruct's, the base model's
+def test_qwen25_template_trains_exactly_the_assistant_turns(qwen_template_tokenizer, tmp_path, eos):
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(qwen_template_tokenizer, eos_token=eos).save_pretrained(tmp_path)
+    enc = HFEncoder(str(tmp_path))
     ids, trained = tokens({"messages": CHAT}, "messages", enc, "completion")
     text = enc.tok.decode(ids)
     # The template's own rendering (../shared/reference/qwen2.5/README.md records it).

@@ -7,12 +7,13 @@ import dataclasses
 import json
 import time
 
+import pyarrow.fs as pafs
 import pytest
 
 from training import checkpoint, cli
-from training.data.cache import fingerprint
+from training.data.cache import TokenCache, fingerprint
 from training.data.source import Source
-from training.data.tokenize import BYTES
+from training.data.tokenize import BYTES, ByteEncoder
 from training.schedule import Schedule
 
 pytestmark = pytest.mark.usefixtures("no_ray")
@@ -76,6 +77,8 @@ def test_s3_data_identity_covers_its_listing_and_a_resume_on_changed_data_is_ref
     _put(s3_server, "data/a.jsonl", [{"text": "first file"}])
     uri = "s3://ckpt/data/"
     before = fingerprint(Source.open(uri), BYTES, 8)
+    cache = TokenCache(pafs.LocalFileSystem(), str(tmp_path / "c"), before)
+    assert cache.build(Source.open(uri), ByteEncoder(), 8)["documents"] == 1  # read from S3
     assert fingerprint(Source.open(uri), BYTES, 8) == before  # stable while nothing changes
     saved = tmp_path / "runs/qwen-fsdp/checkpoint-step0000002"
     saved.mkdir(parents=True)

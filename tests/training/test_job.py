@@ -30,7 +30,7 @@ def read_metrics(tmp_path, name="qwen-fsdp") -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_loss_halves_on_a_repeated_batch(tmp_path, monkeypatch):
+def test_loss_halves_on_a_repeated_batch(tmp_path, monkeypatch, capsys):
     started = tmp_path / "run-started-at"  # as the run's Ray head records it, 100 s ago
     started.write_text(str(int(time.time()) - 100))
     monkeypatch.setenv(cli.RUN_STARTED_ENV, str(started))
@@ -41,6 +41,8 @@ def test_loss_halves_on_a_repeated_batch(tmp_path, monkeypatch):
     # Time to first step counts from the run's start, and the workers' wait is part of it.
     assert 100 <= s["waited_for_workers_s"] < s["time_to_first_step_s"], s
     assert (tmp_path / "runs/qwen-fsdp/metrics.png").stat().st_size > 0
+    assert s["data_format"] == "repeat"
+    assert "for transport and throughput checks only" in capsys.readouterr().out
 
 
 def test_rerun_resumes_continues_steps_schedule_and_first_loss_skipping_torn_saves(tmp_path):

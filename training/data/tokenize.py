@@ -80,6 +80,7 @@ class HFEncoder(Encoder):
     def __init__(self, name: str):
         self.tok = _hf_tokenizer(name)
         self.eos = self.tok.eos_token_id
+        self.special = {i for i, t in self.tok.added_tokens_decoder.items() if t.special}
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text))  # add_special_tokens as the tokenizer defines it
@@ -93,7 +94,9 @@ class HFEncoder(Encoder):
 
     def chat(self, messages: Sequence[dict]) -> Tokens:
         """The template's rendering; each assistant turn trained from its content to its
-        end-of-turn token (the tokenizer's EOS, `<|im_end|>` for Qwen2.5) inclusive."""
+        end-of-turn token inclusive: the tokenizer's EOS, else the turn's last special token
+        (Qwen2.5 Instruct's EOS is `<|im_end|>`; the base model's is `<|endoftext|>`, and its
+        turns still end with `<|im_end|>`), not the template's newline after it."""
         if self.tok.chat_template is None:
             raise TokenizeError("the tokenizer has no chat template for `messages` data; use "
                                 "a tokenizer with one (--tokenizer) or prompt/completion data")
@@ -105,8 +108,10 @@ class HFEncoder(Encoder):
             start = self._prefix_length(messages[:i], ids, add_generation_prompt=True)
             end = self._prefix_length(messages[:i + 1], ids)
             span = ids[start:end]
-            if self.eos in span:  # not the template's newline after the end-of-turn token
-                end = start + span.index(self.eos) + 1
+            ends = [k for k, t in enumerate(span) if t == self.eos] or \
+                [k for k, t in enumerate(span) if t in self.special][-1:]
+            if ends:
+                end = start + ends[0] + 1
             trained[start:end] = [True] * (end - start)
         return ids, trained
 
