@@ -9,7 +9,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra import existing
-from infra.access import CREATOR_OUTPUT
 from infra.autoscaler import AutoscalerIdentity
 from infra.cluster import Cluster
 from infra.cost import hourly_cost
@@ -37,7 +36,7 @@ def run() -> None:
     if cfg.existing_cluster_name:
         cluster_name, kubeconfig, user_kubeconfig = existing.lookup(cfg, profile)
         addon_deps: list[pulumi.Resource] = []
-        gpu_zone, node_group_names, autoscaler_values, creator = None, {}, None, None
+        gpu_zone, node_group_names, autoscaler_values = None, {}, None
         # KubeRay's CRDs may be there already: pulumi-kubernetes >= 4.29 creates with a plain POST
         # and fails on AlreadyExists unless told to adopt (CHANGELOG 4.29.0). Only the CRDs:
         # anything else of that name on a shared cluster is not ours to take over.
@@ -47,7 +46,7 @@ def run() -> None:
         network = Network("net", cfg, lookup_zones(cfg))
         cluster = Cluster("eks", cfg, network, profile)
         cluster_name, kubeconfig = cluster.cluster_name, cluster.kubeconfig
-        user_kubeconfig, creator = cluster.user_kubeconfig, cluster.creator
+        user_kubeconfig = cluster.user_kubeconfig
         autoscaler = AutoscalerIdentity("autoscaler", cfg, cluster_name)
         addon_deps = [cluster.system_nodes, cluster.gpu_nodes, autoscaler.association]
         gpu_zone = network.gpu_zone
@@ -69,7 +68,6 @@ def run() -> None:
     pulumi.export("region", cfg.region)
     pulumi.export("gpuAvailabilityZone", gpu_zone)
     pulumi.export("nodeGroups", node_group_names)
-    pulumi.export(CREATOR_OUTPUT, creator)  # read back by later runs (infra/access.py)
     pulumi.export("idleCostUsdPerHour", cost["idleUsdPerHour"])  # no job: no GPU node
     pulumi.export("runCostUsdPerHour", cost["runUsdPerHour"])  # while a run holds its GPU nodes
     pulumi.export("hourlyCostBreakdown", cost["breakdown"])

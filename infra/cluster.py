@@ -8,7 +8,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from infra.access import admin_access_entries, cluster_creator
+from infra.access import admin_access_entries
 from infra.kubeconfig import kubeconfigs
 from infra.network import Network
 from infra.policies import NODE_POLICY_ARNS, assume_role
@@ -37,11 +37,10 @@ class Cluster(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:Cluster", name, None, opts)
         self.cfg, self.name = cfg, name
+        access_entries = admin_access_entries(cfg)  # plain reads, before any resource
         self.system_role, system_policies = self._create_node_role("system")
         self.gpu_role, gpu_policies = self._create_node_role("gpu")
-        # Recorded so that a later `pulumi up` by someone else plans the same access entries.
-        self.creator = cluster_creator()
-        self.eks = self._create_cluster(network, profile)
+        self.eks = self._create_cluster(network, profile, access_entries)
         # The created cluster as AWS reports it: its name (an output, so dependents wait for the
         # cluster) and the EKS-managed cluster security group, which allows all traffic to and
         # from itself (pulumi-eks's own cluster_security_group_id is another group).
@@ -82,7 +81,8 @@ class Cluster(pulumi.ComponentResource):
             f"{self.name}-{kind}-node-{arn.rsplit('/', 1)[1]}", role=role.name, policy_arn=arn,
             opts=self._child()) for arn in NODE_POLICY_ARNS]
 
-    def _create_cluster(self, network: Network, profile: str | None) -> eks.Cluster:
+    def _create_cluster(self, network: Network, profile: str | None,
+                        access_entries: dict[str, eks.AccessEntryArgs]) -> eks.Cluster:
         cfg = self.cfg
         return eks.Cluster(
             f"{self.name}-cluster", name=cfg.name, version=cfg.kubernetes_version, vpc_id=network.vpc.id,
@@ -90,8 +90,7 @@ class Cluster(pulumi.ComponentResource):
             private_subnet_ids=[s.id for s in network.private_subnets],
             node_associate_public_ip_address=False, skip_default_node_group=True,
             authentication_mode=eks.AuthenticationMode.API,
-            access_entries=self.creator.apply(
-                lambda creator: admin_access_entries(cfg.admin_principal_arn, creator)),
+            access_entries=access_entries,
             endpoint_private_access=True, endpoint_public_access=not cfg.api_private_only,
             public_access_cidrs=None if cfg.api_private_only else list(cfg.api_public_cidrs),
             provider_credential_opts={"profile_name": profile} if profile else None,

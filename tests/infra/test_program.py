@@ -151,11 +151,14 @@ def test_admin_access_entry_and_private_endpoint():
 
 SSO_ROLE = "AWSReservedSSO_AdministratorAccess_0123456789abcdef"
 TEAM = "arn:aws:iam::123456789012:role/platform-admins"
+ALICE = "arn:aws:sts::123456789012:assumed-role/alice/s"
+BOB = "arn:aws:sts::123456789012:assumed-role/bob/session"
 
 
-def _entries(deployer: str, admin: str, role_path: str = "/", previous: dict | None = None):
-    mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path)
-    mocks.previous_outputs = previous or {}
+def _entries(deployer: str, admin: str, role_path: str = "/", prior: RecordingMocks | None = None,
+             preview: bool = False):
+    mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path, prior=prior,
+                           preview=preview)
     run_program(DEV, {"adminPrincipalArn": admin}, mocks=mocks)
     return mocks.one("eks:index:Cluster").inputs.get("accessEntries"), mocks
 
@@ -169,36 +172,49 @@ def _entries(deployer: str, admin: str, role_path: str = "/", previous: dict | N
 ])
 def test_no_second_access_entry_for_the_creator(deployer, role_path, admin):
     """EKS already gave the cluster's creator an access entry (pulumi-eks always bootstraps it);
-    another one for the same principal is a 409 ResourceInUseException. Compared by account,
-    kind and name: an SSO role's issuer ARN has a path users leave out."""
-    entries, mocks = _entries(deployer, admin, role_path)
+    another one for the same principal is a 409 ResourceInUseException (the mocks' EKS answers
+    so). Compared by account, kind and name: an SSO role's issuer ARN has a path users leave
+    out. A preview plans the same."""
+    entries, first = _entries(deployer, admin, role_path)
     assert not entries
-    # The creator is recorded (with its path) for later runs.
-    assert mocks.exports["clusterCreatorArn"].endswith(admin.rsplit("/", 1)[1])
-    assert mocks.exports["clusterCreatorArn"].startswith("arn:aws:iam::123456789012:")
+    assert not _entries(deployer, admin, role_path, preview=True)[0]
+    again, _ = _entries(deployer, admin, role_path, prior=first)  # the next update
+    assert not again
 
 
-def test_access_entries_stick_to_the_creator_not_the_current_deployer():
+def test_access_entries_follow_the_cluster_not_the_current_deployer():
     """Alice created the cluster with adminPrincipalArn = her own role (no entry). Bob's later
-    `pulumi up` must not plan an entry for Alice (409), and must keep the team's entry."""
+    `pulumi up` must not plan an entry for Alice (409), and must plan the team's entry exactly
+    as Alice's run did: the decision reads EKS's entries, not who runs the program."""
     alice = "arn:aws:iam::123456789012:role/alice"
-    bob = "arn:aws:sts::123456789012:assumed-role/bob/session"
-    first, first_run = _entries("arn:aws:sts::123456789012:assumed-role/alice/s", alice)
-    assert not first and first_run.exports["clusterCreatorArn"] == alice
-    later, later_run = _entries(bob, alice, previous={"clusterCreatorArn": alice})
-    assert not later and later_run.exports["clusterCreatorArn"] == alice  # stays Alice
-    team, _ = _entries(bob, TEAM, previous={"clusterCreatorArn": alice})
-    assert team["admin"]["principalArn"] == TEAM
+    first, first_run = _entries(ALICE, alice)
+    assert not first
+    later, _ = _entries(BOB, alice, prior=first_run)
+    assert not later  # the mocks' EKS would answer 409 to an entry for Alice
+    team_first, team_run = _entries(ALICE, TEAM)
+    team_later, _ = _entries(BOB, TEAM, prior=team_run)
+    assert team_later == team_first and team_first["admin"]["principalArn"] == TEAM
     # Bob himself as admin on Alice's cluster: Bob has no entry yet, so he gets one.
-    bob_entry, _ = _entries(bob, "arn:aws:iam::123456789012:role/bob",
-                            previous={"clusterCreatorArn": alice})
+    bob_entry, _ = _entries(BOB, "arn:aws:iam::123456789012:role/bob", prior=first_run)
     assert bob_entry["admin"]["principalArn"] == "arn:aws:iam::123456789012:role/bob"
 
 
-def test_the_stack_reads_its_own_previous_outputs():
-    m = run_program(DEV)
-    (ref,) = m.of_type("pulumi:pulumi:StackReference")
-    assert ref.inputs["name"] == f"organization/{PROJECT}/dev"  # this stack itself
+def test_a_failed_first_update_does_not_lose_the_admin_entry():
+    """Alice's first `pulumi up` failed after the cluster existed and before the team's entry
+    did: the next run, whoever runs it, plans the team's entry."""
+    _, failed = _entries(ALICE, TEAM)
+    failed.clusters["ray-train-dev"].pop(TEAM)
+    failed.own_entries["ray-train-dev"] = set()
+    entries, _ = _entries(BOB, TEAM, prior=failed)
+    assert entries["admin"]["principalArn"] == TEAM
+
+
+def test_the_stack_reads_no_stack_reference(dev):
+    """A StackReference to the stack itself fails on a DIY backend with the legacy layout, which
+    refuses org/project/stack names (pulumi/pulumi#18569), and its outputs exist only after an
+    update succeeded."""
+    assert not dev.of_type("pulumi:pulumi:StackReference")
+    assert "clusterCreatorArn" not in dev.exports
 
 
 def _exec_args(kubeconfig: str) -> list[str]:
