@@ -64,6 +64,31 @@ def test_subnets_avoid_local_zones_and_zone_ids_eks_refuses(path):
     assert not {ids[z] for z in used} & EKS_UNSUPPORTED_ZONE_IDS
 
 
+def _zones(m: RecordingMocks) -> list[str]:
+    subnets = {r.name: r.inputs["availabilityZone"] for r in m.of_type("aws:ec2/subnet:Subnet")}
+    return [subnets["net-private-0"], subnets["net-private-1"]]
+
+
+def test_zones_stay_where_the_first_deployment_put_them():
+    """AWS adds the GPU type to an earlier zone after the first deployment: a re-choice would
+    replace the subnets (EC2 refuses a second subnet of the same CIDR; EKS refuses new
+    control-plane zones). The next preview and update keep the first zones; only a configured
+    gpuAvailabilityZone moves the GPU zone."""
+    first = run_program(DEV, mocks=RecordingMocks("us-west-2", offering=["us-west-2c"]))
+    assert _zones(first) == ["us-west-2c", "us-west-2a"]
+    wider = ["us-west-2a", "us-west-2b", "us-west-2c"]
+    assert _zones(run_program(DEV, mocks=RecordingMocks("us-west-2", wider))) == \
+        ["us-west-2a", "us-west-2b"]  # what a new stack would choose now
+    for preview in (True, False):
+        later = run_program(DEV, mocks=RecordingMocks("us-west-2", wider, prior=first,
+                                                      preview=preview))
+        assert _zones(later) == ["us-west-2c", "us-west-2a"], preview
+    assert later.exports["gpuAvailabilityZone"] == "us-west-2c"
+    moved = run_program(DEV, {"gpuAvailabilityZone": "us-west-2b"},
+                        mocks=RecordingMocks("us-west-2", wider, prior=later))
+    assert _zones(moved) == ["us-west-2b", "us-west-2a"]
+
+
 def test_gpu_node_group_is_efa_wired(dev):
     gpu = dev.one(NODE_GROUP, "gpu").inputs
     assert gpu["amiType"] == "AL2023_x86_64_NVIDIA" and gpu["instanceTypes"] == ["g6.12xlarge"]
