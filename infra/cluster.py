@@ -10,6 +10,7 @@ import pulumi_eks as eks
 
 from infra.access import admin_access_entries
 from infra.kubeconfig import kubeconfigs
+from infra.lookups import node_group_desired_size
 from infra.network import Network
 from infra.policies import NODE_POLICY_ARNS, assume_role
 from stack import catalog
@@ -24,9 +25,6 @@ SYSTEM_ROOT_VOLUME_GIB = 100
 # instance table knows GPUs but not EFA interfaces.
 NODE_TEMPLATE_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-# `pulumi up` never fights the autoscaler over the GPU group's size (pulumi-eks does the same with
-# its `ignoreScalingChanges`, nodes/nodegroup.ts).
-AUTOSCALED_SIZE = "scalingConfig.desiredSize"
 
 
 class Cluster(pulumi.ComponentResource):
@@ -37,7 +35,10 @@ class Cluster(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:Cluster", name, None, opts)
         self.cfg, self.name = cfg, name
-        access_entries = admin_access_entries(cfg)  # plain reads, before any resource
+        # Plain reads, before any resource: who gets access, the GPU group's live size.
+        access_entries = admin_access_entries(cfg)
+        self.gpu_group = f"{cfg.name}-gpu"
+        self.gpu_live_size = node_group_desired_size(cfg.name, self.gpu_group)
         self.system_role, system_policies = self._create_node_role("system")
         self.gpu_role, gpu_policies = self._create_node_role("gpu")
         self.eks = self._create_cluster(network, profile, access_entries)
@@ -129,13 +130,14 @@ class Cluster(pulumi.ComponentResource):
         if not cfg.reserved:  # a reservation made outside the group may not serve launches into it
             placement = aws.ec2.PlacementGroup(f"{self.name}-gpu-pg", strategy="cluster",
                                                tags=dict(cfg.tags), opts=self._child()).name
+        max_size = max(cfg.gpu_node_count, 1)
         template = aws.ec2.LaunchTemplate(
             f"{self.name}-gpu-lt", **gpu_launch_template_args(
                 cfg, placement, self.info.vpc_config.cluster_security_group_id),
             opts=self._child())
         return aws.eks.NodeGroup(
             f"{self.name}-gpu", cluster_name=self.cluster_name, node_role_arn=self.gpu_role.arn,
-            node_group_name=f"{cfg.name}-gpu", version=cfg.kubernetes_version,
+            node_group_name=self.gpu_group, version=cfg.kubernetes_version,
             # A Capacity Block names its instance type in the launch template only (EKS user
             # guide ml/capacity-blocks-mng); the node group must not list it again.
             instance_types=None if cfg.capacity_block else [cfg.gpu_instance_type],
@@ -143,16 +145,29 @@ class Cluster(pulumi.ComponentResource):
             capacity_type="CAPACITY_BLOCK" if cfg.capacity_block else "ON_DEMAND",
             # From zero: the autoscaler adds nodes for pending Ray worker pods. EKS requires
             # max >= 1, so gpuNodeCount 0 keeps a cap of 1 that no pod asks for.
-            scaling_config={"desired_size": 0, "min_size": 0, "max_size": max(cfg.gpu_node_count, 1)},
+            scaling_config={"desired_size": gpu_desired_size(self.gpu_live_size, max_size),
+                            "min_size": 0, "max_size": max_size},
             subnet_ids=[network.gpu_subnet_id], labels=gpu_node_labels(cfg.gpu.accelerator),
             taints=[GPU_TAINT], launch_template=_template_ref(template),
             tags={**cfg.tags, **autoscaler_node_template_tags(cfg)},
-            opts=self._child(depends_on=policies, ignore_changes=[AUTOSCALED_SIZE],
-                             delete_before_replace=True))
+            opts=self._child(depends_on=policies, delete_before_replace=True))
 
 
 def _template_ref(template: aws.ec2.LaunchTemplate) -> dict:
     return {"id": template.id, "version": template.latest_version.apply(str)}
+
+
+def gpu_desired_size(live: int | None, max_size: int) -> int:
+    """The GPU group's desired size to declare: the live one (0 before the group exists),
+    capped by the new maximum (EKS requires desired <= max). cluster-autoscaler owns the size,
+    and any change of the scaling block makes the aws provider send all of it
+    (terraform-provider-aws internal/service/eks/node_group.go, resourceNodeGroupUpdate:
+    UpdateNodegroupConfig with expandNodegroupScalingConfig of the whole block). With
+    `ignoreChanges` on the desired size the provider would send the size in Pulumi's state
+    instead: 0 while a run holds nodes, or a stale 2 after a `pulumi refresh` during a run
+    (refresh stores live inputs; ignoreChanges only hides the diff, pulumi/pulumi#16146). The
+    live size makes a scaling change keep whatever the autoscaler set, in both directions."""
+    return min(live or 0, max_size)
 
 
 def autoscaler_node_template_tags(cfg: StackConfig) -> dict[str, str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
+import pulumi_aws as aws
+
 T = TypeVar("T")
 
 
@@ -23,3 +25,10 @@ def found(read: Callable[[], T]) -> T | None:
         if is_not_found(error):
             return None
         raise
+
+
+def node_group_desired_size(cluster: str, group: str) -> int | None:
+    """The node group's live desired size (what cluster-autoscaler last set), None before the
+    cluster or the group exists."""
+    live = found(lambda: aws.eks.get_node_group(cluster_name=cluster, node_group_name=group))
+    return live.scaling_configs[0].desired_size if live and live.scaling_configs else None

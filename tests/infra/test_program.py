@@ -113,8 +113,7 @@ def test_pods_cannot_reach_the_node_role_through_the_metadata_service(dev, templ
 
 def test_gpu_node_group_scales_from_zero_under_the_autoscaler(dev):
     """min 0 / desired 0 / max = gpuNodeCount; what cluster-autoscaler needs to build a node from
-    the group's description (EFA count tag, labels, a taint with a value); `pulumi up` leaves the
-    desired size to the autoscaler."""
+    the group's description (EFA count tag, labels, a taint with a value)."""
     gpu = dev.one(NODE_GROUP, "gpu").inputs
     assert gpu["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
     assert gpu["tags"]["k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa"] == "1"
@@ -122,10 +121,28 @@ def test_gpu_node_group_scales_from_zero_under_the_autoscaler(dev):
                              "vpc.amazonaws.com/efa.present": "true",
                              "k8s.amazonaws.com/accelerator": "nvidia-l4"}
     assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
-    assert dev.ignore_changes["eks-gpu"] == ["scalingConfig.desiredSize"]
-    assert dev.ignore_changes["eks-system"] == []  # fixed size, owned by the stack
     assert run_program(DEV, {"gpuNodeCount": "5"}).one(NODE_GROUP, "gpu").inputs[
         "scalingConfig"]["maxSize"] == 5
+
+
+def test_a_scaling_change_keeps_the_live_desired_size():
+    """The aws provider sends the whole scaling block on any change of it (terraform-provider-aws
+    eks/node_group.go): the declared desired size is the live one, so raising gpuNodeCount during
+    a run keeps its nodes, and lowering it after the run (state may hold a refreshed 2) starts
+    none. ignoreChanges would send the size in Pulumi's state instead."""
+    first = run_program(DEV)
+    assert first.ignore_changes["eks-gpu"] == []
+    key = ("ray-train-dev", "ray-train-dev-gpu")
+    first.scaling[key]["desiredSize"] = 2  # a run: the autoscaler added two nodes
+    during = run_program(DEV, {"gpuNodeCount": "3"}, mocks=RecordingMocks("us-west-2", prior=first))
+    assert during.one(NODE_GROUP, "gpu").inputs["scalingConfig"] == {
+        "minSize": 0, "desiredSize": 2, "maxSize": 3}
+    during.scaling[key]["desiredSize"] = 0  # the run ended; its nodes went
+    after = run_program(DEV, {"gpuNodeCount": "1"}, mocks=RecordingMocks("us-west-2", prior=during))
+    assert after.one(NODE_GROUP, "gpu").inputs["scalingConfig"]["desiredSize"] == 0
+    after.scaling[key]["desiredSize"] = 3
+    capped = run_program(DEV, {"gpuNodeCount": "1"}, mocks=RecordingMocks("us-west-2", prior=after))
+    assert capped.one(NODE_GROUP, "gpu").inputs["scalingConfig"]["desiredSize"] == 1  # <= max
 
 
 def test_node_groups_follow_the_cluster_version_and_policies_outlive_them(dev):
