@@ -12,6 +12,7 @@ from infra import existing
 from infra.autoscaler import AutoscalerIdentity
 from infra.cluster import Cluster
 from infra.cost import hourly_cost
+from infra.lookups import require_aws_partition
 from infra.network import Network, lookup_zones
 from infra.storage import CheckpointStorage
 from stack import pulumi_config
@@ -28,6 +29,7 @@ REPO = Path(__file__).resolve().parent
 def run() -> None:
     # Everything that can be wrong with the inputs fails here, before any resource exists.
     cfg = pulumi_config.load()
+    require_aws_partition(cfg.region)
     code = bundle(REPO)
     hf_token = pulumi_config.hf_token()
     profile = pulumi.Config("aws").get("profile")  # the Kubernetes provider authenticates with it
@@ -71,6 +73,8 @@ def run() -> None:
     pulumi.export("idleCostUsdPerHour", cost["idleUsdPerHour"])  # no job: no GPU node
     pulumi.export("runCostUsdPerHour", cost["runUsdPerHour"])  # while a run holds its GPU nodes
     pulumi.export("hourlyCostBreakdown", cost["breakdown"])
+    pulumi.export("costIsEstimate", cost["isEstimate"])  # no prices of this Region in the table
+    pulumi.export("costSource", cost["source"])
     pulumi.export("checkpointStorage", storage.uri)
     pulumi.export("rayJob", ray.rayjob_name)
     pulumi.export("rayHeadService", ray.head_service)

@@ -7,6 +7,8 @@ from typing import Callable, TypeVar
 
 import pulumi_aws as aws
 
+from training.config import InputError
+
 T = TypeVar("T")
 
 
@@ -32,3 +34,20 @@ def node_group_desired_size(cluster: str, group: str) -> int | None:
     cluster or the group exists."""
     live = found(lambda: aws.eks.get_node_group(cluster_name=cluster, node_group_name=group))
     return live.scaling_configs[0].desired_size if live and live.scaling_configs else None
+
+
+class PartitionError(InputError):
+    """The Region is outside the aws partition."""
+
+
+def require_aws_partition(region: str) -> None:
+    """Refuse GovCloud, China and the other partitions before anything is declared: this
+    stack's ARNs (the node roles' managed policies, the EKS cluster-admin access policy), its S3
+    endpoint's service name and its image registry (ECR Public) are the aws partition's, and
+    its prices are US prices. The partition is what the aws provider answers for the Region."""
+    partition = aws.get_partition().partition
+    if partition != "aws":
+        raise PartitionError(
+            f"aws:region: {region} is in the {partition} partition; this stack supports only "
+            "Regions of the aws partition (its ARNs, endpoints and image registry are that "
+            "partition's): choose one, e.g. `pulumi config set aws:region us-west-2`")

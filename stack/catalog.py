@@ -45,12 +45,12 @@ INSTANCES: dict[str, InstanceFacts] = {
                                 gpu_memory_gib=24, efa_interfaces=0, network_gbps=10),
 }
 
-# On-demand USD per hour, us-east-1 and us-west-2 (same price in both), from the AWS EC2, EKS,
-# VPC (NAT gateway; public IPv4 addresses, in use or not) and EBS pricing pages, read 2026-11.
-# Regions priced differently are estimated with these.
-PRICES_SOURCE = ("AWS on-demand pricing pages (EC2, EKS, VPC NAT gateway and public IPv4, EBS gp3), "
-                 "us-east-1/us-west-2, 2026-11")
-PRICES_USD_PER_HOUR: dict[str, float] = {
+# On-demand USD per hour by Region: only Regions whose prices were read from AWS's pricing pages
+# (EC2, EKS, VPC NAT gateway and public IPv4 addresses in use or not, EBS) are here. A Region
+# that is not gets the ESTIMATE_REGION's prices, and the cost outputs say they are an estimate
+# (infra/cost.py): other Regions' prices may differ, and no price is written here that was not
+# read.
+_US_PRICES: dict[str, float] = {
     "m7i.xlarge": 0.2016,
     "m7i.2xlarge": 0.4032,
     "g6.12xlarge": 4.6016,
@@ -66,7 +66,13 @@ PRICES_USD_PER_HOUR: dict[str, float] = {
     # pricing page's example): per GB-hour, 0.08 / 720.
     "gp3-gb": round(0.08 / 720, 8),
 }
-
+PRICES_USD_PER_HOUR: dict[str, dict[str, float]] = {
+    "us-east-1": _US_PRICES,  # read 2026-11: the same prices in both Regions
+    "us-west-2": _US_PRICES,
+}
+PRICES_SOURCE = ("AWS on-demand pricing pages (EC2, EKS, VPC NAT gateway and public IPv4, EBS gp3), "
+                 "read 2026-11")
+ESTIMATE_REGION = "us-east-1"
 
 
 @dataclass(frozen=True)

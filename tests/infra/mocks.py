@@ -235,8 +235,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             account = self.deployer.split(":")[4]
             return {"arn": self.deployer, "accountId": account, "userId": "AROAEXAMPLE:alice",
                     "id": account}
-        if args.token == "aws:index/getPartition:getPartition":
-            partition = _partition(self.region)
+        if args.token == "aws:index/getPartition:getPartition":  # of the provider's Region
+            partition = _partition(pulumi.Config("aws").require("region"))
             return {"partition": partition, "id": partition,
                     "dnsSuffix": "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com",
                     "reverseDnsPrefix": "cn.com.amazonaws" if partition == "aws-cn"

@@ -460,6 +460,7 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
     assert set(breakdown) == {"gpuNodesDuringRun", "gpuRootVolumesDuringRun", "systemNodes",
                               "systemRootVolumes", "eksControlPlane", "natGateway", "natPublicIpv4"}
     assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
+    assert out["costIsEstimate"] is False and out["costSource"].endswith("us-west-2")
     assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
 
 
@@ -515,6 +516,18 @@ def test_existing_cluster_that_lacks_labels_taint_or_pod_identity_fails_before_a
     assert "node group gpu lacks the taint nvidia.com/gpu=true:NoSchedule" in message
     assert "aws eks create-addon --cluster-name shared-gpu --addon-name eks-pod-identity-agent" in message
     assert "or install the agent otherwise" in message  # a self-managed agent is not an add-on
+    assert mocks.resources == []
+
+
+@pytest.mark.parametrize("region, partition", [("cn-north-1", "aws-cn"),
+                                               ("us-gov-west-1", "aws-us-gov")])
+def test_a_region_outside_the_aws_partition_is_refused_before_any_resource(region, partition):
+    from infra.lookups import PartitionError
+
+    mocks = RecordingMocks("us-west-2")
+    with pytest.raises(PartitionError, match=f"^aws:region: {region} is in the {partition} "
+                                             "partition; this stack supports only"):
+        run_program(DEV, mocks=mocks, aws_config={"region": region})
     assert mocks.resources == []
 
 

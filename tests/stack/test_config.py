@@ -224,3 +224,18 @@ def test_job_settings_are_checked_with_the_runs_real_worker_count():
 def test_the_default_batch_is_large_and_follows_the_run(nodes, training, tokens):
     cfg = parse({"gpuNodeCount": nodes, "training": json.dumps(training)}, "us-west-2")
     assert cfg.training.tokens_per_step == tokens and cfg.training.reduce_dtype == "bf16"
+
+
+def test_cost_outside_the_price_table_is_labelled_an_estimate():
+    """Only Regions whose prices were read are in stack/catalog.py; elsewhere the outputs say
+    the figures are us-east-1's."""
+    from infra.cost import hourly_cost
+
+    today = date(2026, 11, 30)
+    for region in ("us-east-1", "us-west-2"):
+        cost = hourly_cost(parse({}, region), today)
+        assert cost["isEstimate"] is False and cost["source"].endswith(region)
+    frankfurt = hourly_cost(parse({}, "eu-central-1"), today)
+    assert frankfurt["isEstimate"] is True
+    assert frankfurt["source"].startswith("estimate: us-east-1 prices")
+    assert "no prices for eu-central-1" in frankfurt["source"]
