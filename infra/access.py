@@ -72,8 +72,8 @@ def admin_access_entries(cfg: StackConfig) -> dict[str, eks.AccessEntryArgs]:
     """pulumi-eks `accessEntries` for the stack, from plain invokes only. The deployer's IAM
     role (with its path) comes from its assumed-role session (aws.iam.get_session_context, which
     calls iam:GetRole). A teammate's later `pulumi up` plans what the creator's did: the cluster
-    exists then, so the decision reads the principal's entry in EKS, looked up with the ARN as
-    written and without its path (EKS matches principal ARNs exactly)."""
+    exists then, so the decision reads the principal's entry in EKS, under each spelling of
+    its ARN."""
     admin = cfg.admin_principal_arn
     if not admin:
         return {}
@@ -83,7 +83,8 @@ def admin_access_entries(cfg: StackConfig) -> dict[str, eks.AccessEntryArgs]:
     tags = None
     if exists:
         for arn in spellings(admin, caller.account_id):
-            entry = found(lambda: aws.eks.get_access_entry(cluster_name=cfg.name, principal_arn=arn))
+            entry = found(lambda: aws.eks.get_access_entry(cluster_name=cfg.name,
+                                                           principal_arn=arn))
             if entry is not None:
                 tags = dict(entry.tags or {})
                 break

@@ -38,7 +38,8 @@ def hourly_cost(cfg: StackConfig, today: date) -> dict:
     idle = {
         "systemNodes": round(system * price[cfg.system_instance_type], 4),
         "systemRootVolumes": round(system * SYSTEM_ROOT_VOLUME_GIB * price["gp3-gb"], 4),
-        "eksControlPlane": control_plane_price(price, cfg.kubernetes_version, today) if own else 0.0,
+        "eksControlPlane": (control_plane_price(price, cfg.kubernetes_version, today)
+                            if own else 0.0),
         "natGateway": own * price["nat-gateway"],
         "natPublicIpv4": own * price["public-ipv4"],
     }

@@ -70,8 +70,8 @@ PRICES_USD_PER_HOUR: dict[str, dict[str, float]] = {
     "us-east-1": _US_PRICES,  # read 2026-11: the same prices in both Regions
     "us-west-2": _US_PRICES,
 }
-PRICES_SOURCE = ("AWS on-demand pricing pages (EC2, EKS, VPC NAT gateway and public IPv4, EBS gp3), "
-                 "read 2026-11")
+PRICES_SOURCE = ("AWS on-demand pricing pages (EC2, EKS, VPC NAT gateway and public IPv4, "
+                 "EBS gp3), read 2026-11")
 ESTIMATE_REGION = "us-east-1"
 
 

@@ -203,9 +203,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         for arn, tags in wanted.items():
             taken = [a for a in entries if a not in own and principal_key(a) == principal_key(arn)]
             if taken:
-                raise ValueError(f"creating EKS Access Entry ({name}:{arn}): ResourceInUseException:"
-                                 f" The specified access entry resource is already in use on this"
-                                 f" cluster (entry of {taken[0]})")
+                raise ValueError(f"creating EKS Access Entry ({name}:{arn}): "
+                                 "ResourceInUseException: The specified access entry resource "
+                                 f"is already in use on this cluster (entry of {taken[0]})")
             entries[arn] = tags
         self.own_entries[name] = set(wanted)
 

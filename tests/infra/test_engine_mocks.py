@@ -19,7 +19,9 @@ def test_plain_inputs_come_from_the_sdk_signatures():
     assert {"accessEntries", "authenticationMode", "skipDefaultNodeGroup",
             "corednsAddonOptions", "nodeAssociatePublicIpAddress"} <= cluster
     assert not {"vpcId", "privateSubnetIds", "tags", "version"} & cluster
-    assert "nodeGroupName" not in plain_inputs("eks:index:ManagedNodeGroup")
+    node_group = plain_inputs("eks:index:ManagedNodeGroup")
+    assert {"enableEfaSupport", "kubeletExtraArgs", "ignoreScalingChanges"} <= node_group
+    assert not {"nodeGroupName", "scalingConfig", "clusterName"} & node_group
 
 
 def _cluster(**inputs):
