@@ -61,7 +61,7 @@ def run() -> None:
                     system_node_selector=dict(cfg.system_node_selector),
                     autoscaler_values=autoscaler_values, crd_provider=crd_provider)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
-                       opts=pulumi.ResourceOptions(depends_on=[storage]))
+                       storage.association)
 
     cost = hourly_cost(cfg, date.today())
     pulumi.export("clusterName", cluster_name)

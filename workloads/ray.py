@@ -28,7 +28,8 @@ class RayWorkloads(pulumi.ComponentResource):
     def __init__(self, name: str, cfg: StackConfig, bundle: CodeBundle,
                  storage_uri: pulumi.Input[str], hf_token: pulumi.Input[str] | None,
                  provider: k8s.Provider, operator: pulumi.Resource,
-                 opts: pulumi.ResourceOptions | None = None):
+                 pod_identity: pulumi.Resource, opts: pulumi.ResourceOptions | None = None):
+        """`pod_identity`: the association that gives the service account its S3 access."""
         super().__init__("eksraytrain:workloads:RayWorkloads", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider)
         ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": NAMESPACE}, opts=base)
@@ -52,9 +53,13 @@ class RayWorkloads(pulumi.ComponentResource):
             # KubeRay ignores spec changes of a RayJob ("Disregard changes in RayClusterSpec",
             # rayjob_controller.go), so any change is a new job, and the old one is deleted
             # first: its Ray cluster, and so its GPU nodes, go before the new job asks for them.
+            # Its pods get S3 credentials only from an association that exists when they are
+            # created, so the RayJob itself depends on it: a component's depends_on would not
+            # reach it (pulumi/pulumi source_eval.go inheritFromParent copies only DeletedWith,
+            # Protect, RetainOnDelete and Provider from a parent).
             _custom_resource(
                 f"{name}-rayjob", "RayJob", manifest,
                 opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
-                    depends_on=[ns, operator, code], replace_on_changes=["metadata.name", "spec"],
-                    delete_before_replace=True)))
+                    depends_on=[ns, operator, code, pod_identity],
+                    replace_on_changes=["metadata.name", "spec"], delete_before_replace=True)))
         self.register_outputs({})

@@ -154,8 +154,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {}
 
     def depends_on(self, name: str, other: str) -> bool:
-        """`name` (or a component above it) declares a dependency on `other`, directly or
-        through the resources it depends on."""
+        """`name`'s registered dependencies reach `other`, directly or through the resources
+        they depend on. A component's own `depends_on` is not followed: the engine gives a
+        child only DeletedWith, Protect, RetainOnDelete and Provider from its parent (pulumi/pulumi
+        pkg/resource/deploy/source_eval.go, inheritFromParent)."""
         seen, todo = set(), [name]
         while todo:
             current = todo.pop()
@@ -165,8 +167,6 @@ class RecordingMocks(pulumi.runtime.Mocks):
             if other in self.depends.get(current, ()):
                 return True
             todo.extend(self.depends.get(current, ()))
-            if self.parents.get(current):
-                todo.append(self.parents[current])
         return False
 
     def of_type(self, typ: str, name_part: str = "") -> list[Recorded]:
