@@ -16,11 +16,12 @@ from infra.cost import hourly_cost
 from infra.network import Network, lookup_zones
 from infra.storage import CheckpointStorage
 from stack import pulumi_config
-from stack.catalog import KUBERNETES_RELEASES
-from stack.kube import NAMESPACE, SERVICE_ACCOUNT
+from stack.catalog import CHARTS, KUBERNETES_RELEASES
+from stack.kube import SERVICE_ACCOUNT
 from workloads import helm_values
 from workloads.addons import Addons
 from workloads.code_bundle import bundle
+from workloads.crds import kuberay_crds
 from workloads.ray import RayWorkloads
 
 REPO = Path(__file__).resolve().parent
@@ -31,6 +32,8 @@ def run() -> None:
     cfg = pulumi_config.load()
     code = bundle(REPO)
     hf_token = pulumi_config.hf_token()
+    # None: the existing cluster's own KubeRay serves the RayJob (no second operator).
+    crds = None if cfg.existing_kuberay else kuberay_crds(CHARTS["kuberay-operator"].version)
     profile = pulumi.Config("aws").get("profile")  # the Kubernetes provider authenticates with it
 
     crd_provider = None
@@ -38,11 +41,16 @@ def run() -> None:
         cluster_name, kubeconfig, user_kubeconfig = existing.lookup(cfg, profile)
         addon_deps: list[pulumi.Resource] = []
         gpu_zone, node_group_names, autoscaler_values, creator = None, {}, None, None
-        # KubeRay's CRDs may be there already: pulumi-kubernetes >= 4.29 creates with a plain POST
-        # and fails on AlreadyExists unless told to adopt (CHANGELOG 4.29.0). Only the CRDs:
-        # anything else of that name on a shared cluster is not ours to take over.
-        crd_provider = k8s.Provider("k8s-crds", kubeconfig=kubeconfig, enable_server_side_apply=True,
-                                    upsert_existing_objects=True)
+        if crds is not None:
+            # KubeRay's CRDs may be there already (Helm never deletes crds/; kubectl apply):
+            # pulumi-kubernetes >= 4.29 creates with a plain POST and fails on AlreadyExists
+            # unless told to upsert (CHANGELOG 4.29.0), and its upsert is a server-side apply
+            # that forces field conflicts with their other managers only with patch force
+            # (provider/pkg/await/await.go Creation, patchForce). Only the CRDs: anything else
+            # of that name on a shared cluster is not ours to take over.
+            crd_provider = k8s.Provider("k8s-crds", kubeconfig=kubeconfig,
+                                        enable_server_side_apply=True,
+                                        upsert_existing_objects=True, enable_patch_force=True)
     else:
         network = Network("net", cfg, lookup_zones(cfg))
         cluster = Cluster("eks", cfg, network, profile)
@@ -56,9 +64,9 @@ def run() -> None:
             cluster_name, cfg.region, KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler)
 
     provider = k8s.Provider("k8s", kubeconfig=kubeconfig, enable_server_side_apply=True)
-    storage = CheckpointStorage("ckpt", cfg, cluster_name, NAMESPACE, SERVICE_ACCOUNT)
+    storage = CheckpointStorage("ckpt", cfg, cluster_name, cfg.namespace, SERVICE_ACCOUNT)
     addons = Addons("addons", provider, depends_on=addon_deps,
-                    system_node_selector=dict(cfg.system_node_selector),
+                    system_node_selector=dict(cfg.system_node_selector), kuberay_crds=crds,
                     autoscaler_values=autoscaler_values, crd_provider=crd_provider)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
                        storage.association)
@@ -74,5 +82,6 @@ def run() -> None:
     pulumi.export("runCostUsdPerHour", cost["runUsdPerHour"])  # while a run holds its GPU nodes
     pulumi.export("hourlyCostBreakdown", cost["breakdown"])
     pulumi.export("checkpointStorage", storage.uri)
+    pulumi.export("rayNamespace", cfg.namespace)
     pulumi.export("rayJob", ray.rayjob_name)
     pulumi.export("rayHeadService", ray.head_service)

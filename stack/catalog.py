@@ -125,7 +125,17 @@ CHARTS: dict[str, Chart] = {
 }
 
 
-def kuberay_crd_urls(version: str) -> list[str]:
-    """The CRDs of the pinned KubeRay release, fetched at deploy time (Helm never upgrades crds/)."""
-    base = f"https://raw.githubusercontent.com/ray-project/kuberay/v{version}/helm-chart/kuberay-operator/crds"
-    return [f"{base}/ray.io_{kind}.yaml" for kind in ("rayclusters", "rayjobs", "rayservices")]
+# The kinds the KubeRay 1.7.0 operator serves: it always starts the RayCluster, RayService and
+# RayJob controllers, and RayCronJob's only behind an alpha feature gate that is off by default
+# and in the chart (ray-operator/main.go, pkg/features/features.go, the chart's values.yaml).
+KUBERAY_CRD_KINDS = ("RayCluster", "RayJob", "RayService")
+# The release's CRD files ({plural} is e.g. rayclusters), as Helm's crds/ directory holds them.
+KUBERAY_CRD_URL = ("https://raw.githubusercontent.com/ray-project/kuberay/v{version}/helm-chart/"
+                   "kuberay-operator/crds/ray.io_{plural}.yaml")
+
+
+def kuberay_crd_urls(version: str) -> dict[str, str]:
+    """Kind -> URL of its CRD in the pinned KubeRay release, applied by the program itself
+    (Helm installs crds/ once and never upgrades them)."""
+    return {kind: KUBERAY_CRD_URL.format(version=version, plural=f"{kind.lower()}s")
+            for kind in KUBERAY_CRD_KINDS}

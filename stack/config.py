@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from stack import catalog
-from stack.kube import (EKS_NAME_MAX, GPU_LABELS, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
+from stack.kube import (EKS_NAME_MAX, GPU_LABELS, JOB_HASH_LEN, NAMESPACE, RAYCLUSTER_NAME_MAX,
                         RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
 from training.config import ConfigError as JobConfigError
 from training.config import InputError, TrainConfig, closest, from_settings
@@ -111,6 +111,7 @@ class StackConfig:
     api_private_only: bool
     root_volume_gib: int
     existing_cluster_name: str | None
+    existing_kuberay: bool  # the existing cluster runs its own KubeRay operator
     # Where the pods go: this stack's own node groups carry the defaults (stack/kube.py); on an
     # existing cluster, the labels its node groups carry.
     system_node_selector: Mapping[str, str]
@@ -133,6 +134,13 @@ class StackConfig:
     @property
     def num_workers(self) -> int:
         return self.gpu_node_count * self.gpu.gpus
+
+    @property
+    def namespace(self) -> str:
+        """The Ray workloads' namespace (their service account's Pod Identity association names
+        it): `ray` on the stack's own cluster; on an existing one `ray-<clusterName>`, so that it
+        collides neither with what is there nor with another stack on the same cluster."""
+        return f"{NAMESPACE}-{self.name}" if self.existing_cluster_name else NAMESPACE
 
     @property
     def reserved(self) -> Reservation | None:
@@ -178,6 +186,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "apiPrivateOnly": (_bool, "api_private_only"),
     "rootVolumeGib": (_int, "root_volume_gib"),
     "existingClusterName": (_str, "existing_cluster_name"),
+    "existingKuberay": (_bool, "existing_kuberay"),
     "systemNodeSelector": (_json, "system_node_selector"),
     "gpuNodeSelector": (_json, "gpu_node_selector"),
     "runJob": (_bool, "run_job"),
@@ -378,6 +387,9 @@ def validate(cfg: StackConfig) -> list[str]:
                  "(arn:aws:iam::123456789012:role/NAME)")
     if cfg.existing_cluster_name and not _DNS_LABEL.match(cfg.existing_cluster_name.lower()):
         p.append(f"existingClusterName: {cfg.existing_cluster_name!r} is not an EKS cluster name")
+    if cfg.existing_kuberay and not cfg.existing_cluster_name:
+        p.append("existingKuberay: only with existingClusterName; this stack's own cluster gets "
+                 "the pinned KubeRay operator: remove existingKuberay")
     if cfg.job_deadline_seconds < MIN_JOB_DEADLINE_S:
         p.append(f"jobDeadlineSeconds: {cfg.job_deadline_seconds} is below {MIN_JOB_DEADLINE_S}: "
                  f"the deadline counts from the RayJob's start, so it covers node boot and image "

@@ -8,7 +8,7 @@ import pulumi_kubernetes as k8s
 
 from stack.config import StackConfig
 from workloads.code_bundle import CodeBundle
-from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT
+from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, SERVICE_ACCOUNT
 from workloads.rayjob import build_rayjob, head_service
 
 
@@ -27,21 +27,23 @@ class RayWorkloads(pulumi.ComponentResource):
 
     def __init__(self, name: str, cfg: StackConfig, bundle: CodeBundle,
                  storage_uri: pulumi.Input[str], hf_token: pulumi.Input[str] | None,
-                 provider: k8s.Provider, operator: pulumi.Resource,
+                 provider: k8s.Provider, operator: pulumi.Resource | None,
                  pod_identity: pulumi.Resource, opts: pulumi.ResourceOptions | None = None):
-        """`pod_identity`: the association that gives the service account its S3 access."""
+        """`operator`: this stack's KubeRay operator (None: the cluster's own); `pod_identity`:
+        the association that gives the service account its S3 access."""
         super().__init__("eksraytrain:workloads:RayWorkloads", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider)
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": NAMESPACE}, opts=base)
+        namespace = cfg.namespace
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": namespace}, opts=base)
         in_ns = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=[ns]))
         k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": SERVICE_ACCOUNT,
-                                                           "namespace": NAMESPACE}, opts=in_ns)
+                                                           "namespace": namespace}, opts=in_ns)
         if hf_token is not None:
             k8s.core.v1.Secret(f"{name}-hf-token", metadata={"name": HF_TOKEN_SECRET,
-                                                             "namespace": NAMESPACE},
+                                                             "namespace": namespace},
                                string_data={"token": hf_token}, opts=in_ns)
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": CODE_CONFIGMAP,
-                                                               "namespace": NAMESPACE},
+                                                               "namespace": namespace},
                                      data=bundle.data, opts=in_ns)
         self.rayjob_name: pulumi.Output[str] | None = None
         self.head_service: pulumi.Output[str] | None = None
@@ -60,6 +62,6 @@ class RayWorkloads(pulumi.ComponentResource):
             _custom_resource(
                 f"{name}-rayjob", "RayJob", manifest,
                 opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
-                    depends_on=[ns, operator, code, pod_identity],
+                    depends_on=[ns, code, pod_identity, *([operator] if operator else [])],
                     replace_on_changes=["metadata.name", "spec"], delete_before_replace=True)))
         self.register_outputs({})

@@ -10,6 +10,8 @@ from unittest import mock
 
 import pulumi
 
+from stack import catalog
+from tests.infra import release_server
 from tests.stack.stacks import PROJECT, raw_config, stack_name
 
 # What DescribeAvailabilityZones returns for an account, sorted by name as AWS sorts it: an
@@ -219,8 +221,10 @@ def _has_resource(value) -> bool:
 def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
                 offering: list[str] | None = None, secrets: dict[str, str] | None = None,
                 mocks: RecordingMocks | None = None,
-                aws_config: dict[str, str] | None = None) -> RecordingMocks:
-    """The real program (program.run) under mocks, with the stack file's config + overrides."""
+                aws_config: dict[str, str] | None = None,
+                crd_url: str | None = None) -> RecordingMocks:
+    """The real program (program.run) under mocks, with the stack file's config + overrides.
+    KubeRay's CRDs come from the loopback release server (`crd_url`: another URL template)."""
     import program
 
     raw, region = raw_config(stack_file)
@@ -252,6 +256,7 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
 
     # Resource references among the inputs (node groups point at the cluster) stay URNs: the SDK
     # would otherwise rebuild those resources inside the mock monitor, on another event loop.
-    with mock.patch("pulumi.runtime.rpc.get_resource_module", return_value=None):
+    with mock.patch("pulumi.runtime.rpc.get_resource_module", return_value=None), \
+            mock.patch.object(catalog, "KUBERAY_CRD_URL", crd_url or release_server.crd_url()):
         deploy()
     return mocks

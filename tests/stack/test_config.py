@@ -66,6 +66,7 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
     ({"gpuNodeSelector": json.dumps({"pool": "gpu"})}, "gpuNodeSelector", "only with existingClusterName"),
     ({"systemNodeSelector": json.dumps({"pool": 1}), "existingClusterName": "shared"},
      "systemNodeSelector", "expected a non-empty mapping"),
+    ({"existingKuberay": "true"}, "existingKuberay", "only with existingClusterName"),
     ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "KUBERNETES_RELEASES (known: 1.34, 1.35)"),
     ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0"})}, "capacityBlock", "instanceCount"),
     ({"image": "public.ecr.aws/x/ray"}, "image", "needs a tag"),
