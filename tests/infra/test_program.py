@@ -389,6 +389,16 @@ def test_hub_token_becomes_a_kubernetes_secret_only_when_set(dev):
     assert "hf_test_token" in json.dumps(secret["stringData"])
 
 
+def test_a_hub_token_stored_in_plaintext_is_refused_before_any_resource():
+    from stack.config import ConfigError
+
+    mocks = RecordingMocks("us-west-2")
+    with pytest.raises(ConfigError, match=r"hfToken: stored in plaintext \(Pulumi.dev.yaml.*"
+                                          r"pulumi config set --secret hfToken"):
+        run_program(DEV, {"hfToken": "hf_plain_token"}, mocks=mocks)
+    assert mocks.resources == []
+
+
 def test_stack_outputs_and_kubeconfig_is_secret(dev):
     out = dev.exports
     assert out["clusterName"] == "ray-train-dev" and out["region"] == "us-west-2"

@@ -171,6 +171,19 @@ def test_every_declared_key_has_a_default_so_a_new_stack_needs_no_config():
     assert cfg.name == "eks-ray-train-new" and cfg.training.max_failures == 2
 
 
+def test_no_declared_key_is_a_secret_with_a_default():
+    """The CLI merges a declared default into the stack as a plaintext value, then refuses a
+    typed `secret: true` key whose value is not encrypted (pkg/workspace/config.go, mergeConfig,
+    validateStackConfigValue): every stack without a value of its own would fail. The program
+    refuses a plaintext hfToken itself (stack/pulumi_config.py)."""
+    import yaml
+
+    from stack.config import PULUMI_YAML
+
+    config = yaml.safe_load(PULUMI_YAML.read_text())["config"]
+    assert not [k for k, spec in config.items() if spec.get("secret") and "default" in spec]
+
+
 @pytest.mark.parametrize("raw, message", [
     ({"gpuNodes": "3"}, "gpuNodes: unknown key; did you mean gpuNodeCount?"),
     ({"training": json.dumps({"stpes": 10})}, "training.stpes: unknown key; did you mean training.steps?"),
