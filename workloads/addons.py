@@ -16,7 +16,8 @@ class Addons(pulumi.ComponentResource):
     it goes first, while nodes still run its finalizers."""
 
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
-                 system_node_selector: dict[str, str], autoscaler_values: dict | None = None,
+                 system_node_selector: dict[str, str], region: str,
+                 autoscaler_values: dict | None = None,
                  crd_provider: k8s.Provider | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         """`crd_provider`: one that adopts existing objects, for a cluster that may already have
@@ -37,7 +38,7 @@ class Addons(pulumi.ComponentResource):
                                          depends_on=[*depends_on, *self.crds])), skip_crds=True)
         self.nvidia = self._release(name, "nvidia-device-plugin", helm_values.nvidia_device_plugin(),
                                     base, skip_await=True)
-        self.efa = self._release(name, "aws-efa-k8s-device-plugin", helm_values.efa_device_plugin(),
+        self.efa = self._release(name, "aws-efa-k8s-device-plugin", helm_values.efa_device_plugin(region),
                                  base, skip_await=True)
         if autoscaler_values is not None:
             self._release(name, "cluster-autoscaler", autoscaler_values, base)
