@@ -35,6 +35,9 @@ SERVICE_QUOTAS = {
     "L-DB2E81BA": ("Running On-Demand G and VT instances", 3072.0),
     "L-417A185B": ("Running On-Demand P instances", 3072.0),
 }
+# Their usage metric's Class dimension (AWS/Usage ResourceCount).
+USAGE_CLASS = {"L-1216C47A": "Standard/OnDemand", "L-DB2E81BA": "G/OnDemand",
+               "L-417A185B": "P/OnDemand"}
 # Regular zones only (what most tests reason about).
 ZONES = {region: [name for name, _, opt_in in zones if opt_in == "opt-in-not-required"]
          for region, zones in ZONE_DATA.items()}
@@ -207,11 +210,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "serviceName": "Amazon Elastic Compute Cloud (Amazon EC2)", "value": value,
                 "usageMetrics": [{"metricName": "ResourceCount", "metricNamespace": "AWS/Usage",
                                   "metricStatisticRecommendation": "Maximum",
-                                  "metricDimensions": [{"class": "Standard/OnDemand"
-                                                        if code == "L-1216C47A" else
-                                                        "G/OnDemand" if code == "L-DB2E81BA"
-                                                        else "P/OnDemand", "resource": "vCPU",
-                                                        "service": "EC2", "type": "Resource"}]}]}
+                                  "metricDimensions": [{"class": USAGE_CLASS[code],
+                                                        "resource": "vCPU", "service": "EC2",
+                                                        "type": "Resource"}]}]}
 
     def depends_on(self, name: str, other: str) -> bool:
         """`name` (or a component above it) declares a dependency on `other`, directly or
