@@ -8,6 +8,10 @@ that `infra/` creates and the image references that `workloads/` emits. Pulumi-f
   Amazon S3 to store your image layers", vpc-endpoints).
 - The EFA device plugin comes from the Amazon EKS add-on registry of the stack's Region (the chart
   pins us-west-2's).
+
+No other image of the program is on ECR Public: the charts' defaults are quay.io/kuberay/operator
+(kuberay-operator values.yaml), nvcr.io/nvidia/k8s-device-plugin (NVIDIA's), and
+registry.k8s.io/autoscaling/cluster-autoscaler (stack/catalog.py).
 """
 
 from __future__ import annotations
