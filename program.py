@@ -13,7 +13,9 @@ from infra.access import CREATOR_OUTPUT
 from infra.autoscaler import AutoscalerIdentity
 from infra.cluster import Cluster
 from infra.cost import hourly_cost
+from infra.image_cache import ImageCache
 from infra.network import Network, lookup_zones
+from infra.quota import check_quotas
 from infra.storage import CheckpointStorage
 from stack import pulumi_config
 from stack.catalog import CHARTS, KUBERNETES_RELEASES
@@ -41,6 +43,7 @@ def run() -> None:
         cluster_name, kubeconfig, user_kubeconfig = existing.lookup(cfg, profile)
         addon_deps: list[pulumi.Resource] = []
         gpu_zone, node_group_names, autoscaler_values, creator = None, {}, None, None
+        image_cache = None
         if crds is not None:
             # KubeRay's CRDs may be there already (Helm never deletes crds/; kubectl apply):
             # pulumi-kubernetes >= 4.29 creates with a plain POST and fails on AlreadyExists
@@ -52,6 +55,7 @@ def run() -> None:
                                         enable_server_side_apply=True,
                                         upsert_existing_objects=True, enable_patch_force=True)
     else:
+        check_quotas(cfg)  # before any resource: a run that cannot launch its nodes bills anyway
         network = Network("net", cfg, lookup_zones(cfg))
         cluster = Cluster("eks", cfg, network, profile)
         cluster_name, kubeconfig = cluster.cluster_name, cluster.kubeconfig
@@ -62,14 +66,17 @@ def run() -> None:
         node_group_names = {"system": f"{cfg.name}-system", "gpu": f"{cfg.name}-gpu"}
         autoscaler_values = helm_values.cluster_autoscaler(
             cluster_name, cfg.region, KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler)
+        image_cache = (ImageCache("images", cfg, [cluster.system_role, cluster.gpu_role]).repository
+                       if cfg.caches_images else None)
 
     provider = k8s.Provider("k8s", kubeconfig=kubeconfig, enable_server_side_apply=True)
     storage = CheckpointStorage("ckpt", cfg, cluster_name, cfg.namespace, SERVICE_ACCOUNT)
     addons = Addons("addons", provider, depends_on=addon_deps,
-                    system_node_selector=dict(cfg.system_node_selector), kuberay_crds=crds,
-                    autoscaler_values=autoscaler_values, crd_provider=crd_provider)
+                    system_node_selector=dict(cfg.system_node_selector), region=cfg.region,
+                    kuberay_crds=crds, autoscaler_values=autoscaler_values,
+                    crd_provider=crd_provider)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
-                       storage.association)
+                       storage.association, image_cache=image_cache)
 
     cost = hourly_cost(cfg, date.today())
     pulumi.export("clusterName", cluster_name)

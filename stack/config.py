@@ -122,6 +122,7 @@ class StackConfig:
     training: TrainConfig
     extra_pip: tuple[str, ...]
     job_deadline_seconds: int
+    ecr_pull_through_cache: bool
 
     @property
     def gpu(self) -> catalog.InstanceFacts:
@@ -141,6 +142,12 @@ class StackConfig:
         it): `ray` on the stack's own cluster; on an existing one `ray-<clusterName>`, so that it
         collides neither with what is there nor with another stack on the same cluster."""
         return f"{NAMESPACE}-{self.name}" if self.existing_cluster_name else NAMESPACE
+
+    @property
+    def caches_images(self) -> bool:
+        """ECR Public images come through this stack's pull-through cache: only on a cluster of
+        its own, whose node roles the stack can allow the cache's first pull."""
+        return self.ecr_pull_through_cache and self.existing_cluster_name is None
 
     @property
     def reserved(self) -> Reservation | None:
@@ -195,6 +202,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "training": (_json, "training"),
     "extraPip": (_json, "extra_pip"),
     "jobDeadlineSeconds": (_int, "job_deadline_seconds"),
+    "ecrPullThroughCache": (_bool, "ecr_pull_through_cache"),
 }
 SECRET_KEYS = ("hfToken",)  # read by the program as a secret Output, never into StackConfig
 # Empty ("" or {}) in Pulumi.yaml: the pinned value from the catalog, or this stack's own labels.
@@ -311,6 +319,10 @@ def validate(cfg: StackConfig) -> list[str]:
     p: list[str] = []
     if not cfg.region:
         p.append("aws:region: not set; run `pulumi config set aws:region us-west-2`")
+    elif cfg.region not in catalog.EKS_ADDON_REGISTRY_ACCOUNTS:
+        p.append(f"aws:region: {cfg.region} has no Amazon EKS add-on registry in stack/catalog.py "
+                 "EKS_ADDON_REGISTRY_ACCOUNTS (the EFA device plugin's image comes from it); add "
+                 "the Region's account from the EKS user guide's add-ons-images page")
     if not _DNS_LABEL.match(cfg.name):
         p.append(f"clusterName: {cfg.name!r} must be lowercase letters, digits and '-', starting "
                  "with a letter (it names Kubernetes objects)")

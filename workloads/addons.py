@@ -19,8 +19,9 @@ class Addons(pulumi.ComponentResource):
     it goes first, while nodes still run its finalizers."""
 
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
-                 system_node_selector: dict[str, str], kuberay_crds: Mapping[str, str] | None,
-                 autoscaler_values: dict | None = None, crd_provider: k8s.Provider | None = None,
+                 system_node_selector: dict[str, str], region: str,
+                 kuberay_crds: Mapping[str, str] | None, autoscaler_values: dict | None = None,
+                 crd_provider: k8s.Provider | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         """`kuberay_crds`: kind -> CRD text of the pinned release, applied with the operator;
         None when the cluster runs its own KubeRay (no second operator, its CRDs untouched).
@@ -45,7 +46,7 @@ class Addons(pulumi.ComponentResource):
                                              depends_on=[*depends_on, *crds])), skip_crds=True)
         self.nvidia = self._release(name, "nvidia-device-plugin", helm_values.nvidia_device_plugin(),
                                     base, skip_await=True)
-        self.efa = self._release(name, "aws-efa-k8s-device-plugin", helm_values.efa_device_plugin(),
+        self.efa = self._release(name, "aws-efa-k8s-device-plugin", helm_values.efa_device_plugin(region),
                                  base, skip_await=True)
         if autoscaler_values is not None:
             self._release(name, "cluster-autoscaler", autoscaler_values, base)

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pulumi
 import pulumi_kubernetes as k8s
 
 from stack.config import StackConfig
+from stack.images import through_cache
 from workloads.code_bundle import CodeBundle
 from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, SERVICE_ACCOUNT
 from workloads.rayjob import build_rayjob, head_service
@@ -28,9 +31,12 @@ class RayWorkloads(pulumi.ComponentResource):
     def __init__(self, name: str, cfg: StackConfig, bundle: CodeBundle,
                  storage_uri: pulumi.Input[str], hf_token: pulumi.Input[str] | None,
                  provider: k8s.Provider, operator: pulumi.Resource | None,
-                 pod_identity: pulumi.Resource, opts: pulumi.ResourceOptions | None = None):
+                 pod_identity: pulumi.Resource, image_cache: pulumi.Input[str] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         """`operator`: this stack's KubeRay operator (None: the cluster's own); `pod_identity`:
-        the association that gives the service account its S3 access."""
+        the association that gives the service account its S3 access; `image_cache`: the
+        pull-through cache repository for ECR Public images (stack.images), None to pull them
+        from ECR Public."""
         super().__init__("eksraytrain:workloads:RayWorkloads", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider)
         namespace = cfg.namespace
@@ -48,8 +54,9 @@ class RayWorkloads(pulumi.ComponentResource):
         self.rayjob_name: pulumi.Output[str] | None = None
         self.head_service: pulumi.Output[str] | None = None
         if cfg.run_job and cfg.gpu_node_count > 0:  # a run of zero GPU nodes never starts
-            manifest = pulumi.Output.from_input(storage_uri).apply(
-                lambda uri: build_rayjob(cfg, bundle, uri))
+            manifest = pulumi.Output.all(storage_uri, image_cache).apply(
+                lambda a: build_rayjob(dataclasses.replace(
+                    cfg, image=through_cache(cfg.image, a[1])), bundle, a[0]))
             self.rayjob_name = manifest.apply(lambda m: m["metadata"]["name"])
             self.head_service = self.rayjob_name.apply(head_service)
             # KubeRay ignores spec changes of a RayJob ("Disregard changes in RayClusterSpec",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
+import grpc
 import pulumi
 
 from stack import catalog
@@ -29,9 +30,36 @@ ZONE_DATA = {
                   ("us-east-1d", "use1-az2", "opt-in-not-required"),
                   ("us-east-1f", "use1-az5", "opt-in-not-required")],
 }
+# Service Quotas' EC2 On-Demand vCPU quotas (name, applied value) of the mock account: enough for
+# every stack the tests deploy (up to 64 GPU nodes of 48 vCPUs), update surge included.
+SERVICE_QUOTAS = {
+    "L-1216C47A": ("Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances", 640.0),
+    "L-DB2E81BA": ("Running On-Demand G and VT instances", 3072.0),
+    "L-417A185B": ("Running On-Demand P instances", 3072.0),
+}
+# Their usage metric's Class dimension (AWS/Usage ResourceCount).
+USAGE_CLASS = {"L-1216C47A": "Standard/OnDemand", "L-DB2E81BA": "G/OnDemand",
+               "L-417A185B": "P/OnDemand"}
 # Regular zones only (what most tests reason about).
 ZONES = {region: [name for name, _, opt_in in zones if opt_in == "opt-in-not-required"]
          for region, zones in ZONE_DATA.items()}
+
+
+class ProviderInvokeError(grpc.RpcError):
+    """A provider's failed invoke as the engine answers it: a gRPC error whose details carry the
+    provider's message (pulumi/pulumi source_eval.go Invoke: "invocation of <tok> returned an
+    error: ..."); the SDK raises it in the program as a plain, catchable Exception
+    (pulumi/runtime/invoke.py, grpc_error_to_exception)."""
+
+    def __init__(self, details: str):
+        super().__init__(details)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self) -> str:
+        return self._details
 
 
 @dataclass
@@ -93,6 +121,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
                     "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]},
         }
         self.existing_addons = {"eks-pod-identity-agent", "coredns", "vpc-cni"}
+        # Service Quotas: quota code -> (name, value); `quota_denied` answers AccessDenied.
+        self.quotas = dict(SERVICE_QUOTAS)
+        self.quota_denied = False
         self.options: dict[str, dict] = {}
         self.providers: dict[str, set[str]] = {}  # resource -> names of its explicit providers
 
@@ -113,6 +144,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
         if args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
+        if args.typ == "aws:ecr/pullThroughCacheRule:PullThroughCacheRule":
+            outputs["registryId"] = self.deployer.split(":")[4]  # the caller's account
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -149,11 +182,39 @@ class RecordingMocks(pulumi.runtime.Mocks):
                                  f"{args.args['addonName']}): couldn't find resource")]
             return {"addonName": args.args["addonName"], "clusterName": args.args["clusterName"],
                     "addonVersion": "v1.3.10-eksbuild.3", "id": args.args["addonName"]}
+        if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            return self._service_quota(args.args)
         if args.token == "aws:eks/getCluster:getCluster":
             return {"name": args.args["name"], "endpoint": "https://eks.example",
                     "certificateAuthorities": [{"data": "Y2E="}],
                     "vpcConfig": {"clusterSecurityGroupId": "sg-eks-managed"}}
         return {}
+
+    def _service_quota(self, args: dict) -> dict:
+        """GetAWSDefaultServiceQuota then GetServiceQuota, as the aws provider's data source
+        calls them; a denied call fails the invoke as the engine does, with the provider's text."""
+        service, code = args["serviceCode"], args["quotaCode"]
+        if self.quota_denied:
+            raise ProviderInvokeError(
+                f"invocation of aws:servicequotas/getServiceQuota:getServiceQuota returned an "
+                f"error: 1 error occurred:\n\t* getting "
+                f"Default Service Quota for ({service}/{code}): operation error Service Quotas: "
+                f"GetAWSDefaultServiceQuota, https response error StatusCode: 400, RequestID: "
+                f"8c5ee7e2-0000-4000-8000-000000000000, api error AccessDeniedException: User: "
+                f"{self.deployer} is not authorized to perform: "
+                f"servicequotas:GetAWSDefaultServiceQuota because no identity-based policy allows "
+                f"the servicequotas:GetAWSDefaultServiceQuota action")
+        name, value = self.quotas[code]
+        arn = f"arn:aws:servicequotas:{self.region}:{self.deployer.split(':')[4]}:{service}/{code}"
+        return {"adjustable": True, "arn": arn, "defaultValue": 5.0 if code == "L-1216C47A" else 0.0,
+                "globalQuota": False, "id": arn, "quotaCode": code, "quotaName": name,
+                "region": self.region, "serviceCode": service,
+                "serviceName": "Amazon Elastic Compute Cloud (Amazon EC2)", "value": value,
+                "usageMetrics": [{"metricName": "ResourceCount", "metricNamespace": "AWS/Usage",
+                                  "metricStatisticRecommendation": "Maximum",
+                                  "metricDimensions": [{"class": USAGE_CLASS[code],
+                                                        "resource": "vCPU", "service": "EC2",
+                                                        "type": "Resource"}]}]}
 
     def depends_on(self, name: str, other: str) -> bool:
         """`name`'s registered dependencies reach `other`, directly or through the resources

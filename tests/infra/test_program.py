@@ -407,9 +407,11 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
     assert out["runCostUsdPerHour"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
     breakdown = out["hourlyCostBreakdown"]
     assert out["idleCostUsdPerHour"] == pytest.approx(
-        out["runCostUsdPerHour"] - breakdown["gpuNodesDuringRun"] - breakdown["gpuRootVolumesDuringRun"])
-    assert set(breakdown) == {"gpuNodesDuringRun", "gpuRootVolumesDuringRun", "systemNodes",
-                              "systemRootVolumes", "eksControlPlane", "natGateway", "natPublicIpv4"}
+        out["runCostUsdPerHour"] - sum(v for k, v in breakdown.items() if k.endswith("DuringRun")))
+    assert set(breakdown) == {"gpuNodesDuringRun", "gpuRootVolumesDuringRun",
+                              "gpuRootVolumePerformanceDuringRun", "systemNodes",
+                              "systemRootVolumes", "systemRootVolumePerformance",
+                              "eksControlPlane", "natGateway", "natPublicIpv4"}
     assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
     assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
 

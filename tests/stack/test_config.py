@@ -105,7 +105,7 @@ def test_cost_idle_and_during_a_run():
     # The reference quotes ~9.50 USD/h for 2x g6.12xlarge + system node + EKS + NAT.
     assert 9.0 < cost["runUsdPerHour"] < 10.0
     assert cost["runUsdPerHour"] == pytest.approx(sum(cost["breakdown"].values()))
-    during_run = cost["breakdown"]["gpuNodesDuringRun"] + cost["breakdown"]["gpuRootVolumesDuringRun"]
+    during_run = sum(v for k, v in cost["breakdown"].items() if k.endswith("DuringRun"))
     assert cost["idleUsdPerHour"] == pytest.approx(cost["runUsdPerHour"] - during_run)
     assert cost["idleUsdPerHour"] < 0.5  # control plane, NAT gateway and one m7i.xlarge
     none = hourly_cost(parse({"gpuNodeCount": "0"}, "us-west-2"), before_extended)
