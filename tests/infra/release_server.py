@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import yaml
 
+from stack.catalog import KUBERAY_CRD_KINDS
 from tests.conftest import KUBERAY_CRDS
 
 _CRD_PATH = re.compile(r"^/v[\d.]+/ray\.io_(?P<plural>[a-z]+)\.yaml$")
@@ -21,8 +22,7 @@ _STATUS_PATH = re.compile(r"^/status/(?P<code>\d{3})/")
 
 def stand_in_crd(plural: str) -> str:
     """A CRD of `plural` (e.g. rayservices) with no schema, for files ../shared lacks."""
-    kind = {"rayclusters": "RayCluster", "rayjobs": "RayJob", "rayservices": "RayService",
-            "raycronjobs": "RayCronJob"}[plural]
+    kind = {f"{k.lower()}s": k for k in KUBERAY_CRD_KINDS}[plural]
     return yaml.safe_dump({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.ray.io"},

@@ -23,7 +23,8 @@ def applied() -> dict[str, str]:
     """CRD kind -> the YAML the program hands the provider."""
     m = run_program(DEV)
     texts = [r.inputs["yaml"] for r in m.of_type(GROUP, "addons-crd-")]
-    return {yaml.load(t, Loader=yaml.CSafeLoader)["spec"]["names"]["kind"]: t for t in texts}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return {yaml.load(t, Loader=loader)["spec"]["names"]["kind"]: t for t in texts}
 
 
 def test_only_the_kinds_the_operator_serves_are_applied(applied):
@@ -49,6 +50,6 @@ def test_a_release_file_that_cannot_be_had_stops_the_program_before_any_resource
     with pytest.raises(CrdFetchError) as error:
         run_program(DEV, mocks=mocks, crd_url=template)
     url = template.format(version="1.7.0", plural="rayclusters")
-    assert str(error.value).startswith(f"KubeRay CRD RayCluster: ") and url in str(error.value)
+    assert str(error.value).startswith("KubeRay CRD RayCluster: ") and url in str(error.value)
     assert says in str(error.value)
     assert mocks.resources == []
