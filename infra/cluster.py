@@ -13,13 +13,12 @@ from infra.kubeconfig import kubeconfigs
 from infra.lookups import node_group_desired_size
 from infra.network import Network
 from infra.policies import NODE_POLICY_ARNS, assume_role
+from infra.root_volumes import SYSTEM_ROOT, RootVolume, gpu_root
+from infra.user_data import launch_template_user_data
 from stack import catalog
 from stack.config import StackConfig
 from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
 
-# The system node runs the Ray head and the job submitter in the full Ray Train CUDA image (many
-# GiB unpacked): the EKS default of 20 GiB ends in failed pulls or DiskPressure evictions.
-SYSTEM_ROOT_VOLUME_GIB = 100
 # cluster-autoscaler reads extra allocatable resources of a node group at zero nodes from these
 # node-group tags (cloudprovider/aws aws_manager.go, through eks:DescribeNodegroup since 1.28): its
 # instance table knows GPUs but not EFA interfaces.
@@ -105,7 +104,8 @@ class Cluster(pulumi.ComponentResource):
         cfg = self.cfg
         n = cfg.system_node_count
         template = aws.ec2.LaunchTemplate(
-            f"{self.name}-system-lt", **node_launch_template_args(cfg, SYSTEM_ROOT_VOLUME_GIB),
+            f"{self.name}-system-lt",
+            **node_launch_template_args(cfg, SYSTEM_ROOT, cfg.system),
             opts=self._child())
         return aws.eks.NodeGroup(
             f"{self.name}-system", cluster_name=self.cluster_name, node_role_arn=self.system_role.arn,
@@ -175,24 +175,28 @@ def autoscaler_node_template_tags(cfg: StackConfig) -> dict[str, str]:
     return {f"{NODE_TEMPLATE_RESOURCE_TAG}{EFA_RESOURCE}": str(cfg.gpu.efa_interfaces)}
 
 
-def node_launch_template_args(cfg: StackConfig, root_volume_gib: int) -> dict:
+def node_launch_template_args(cfg: StackConfig, root: RootVolume,
+                              facts: catalog.InstanceFacts) -> dict:
     """What every node's launch template sets: IMDSv2 with hop limit 1, so pods cannot reach the
-    node role's credentials (they use Pod Identity, which needs no metadata service), and an
-    encrypted gp3 root volume."""
-    return {
+    node role's credentials (they use Pod Identity, which needs no metadata service), an
+    encrypted gp3 root volume sized for image pulls, and nodeadm's FastImagePull gate where the
+    instance type honours it (infra/root_volumes.py, infra/user_data.py)."""
+    args = {
         "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required",
                              "http_put_response_hop_limit": 1},
-        "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {
-            "volume_size": root_volume_gib, "volume_type": "gp3", "encrypted": "true",
-            "delete_on_termination": "true"}}],
+        "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": root.ebs()}],
         "tag_specifications": [{"resource_type": "instance", "tags": dict(cfg.tags)}],
     }
+    user_data = launch_template_user_data(facts)
+    if user_data is not None:
+        args["user_data"] = user_data
+    return args
 
 
 def gpu_launch_template_args(cfg: StackConfig, placement_group: pulumi.Input[str] | None,
                              security_group_id: pulumi.Input[str]) -> dict:
     """Launch-template inputs for the EFA GPU nodes (pure: tested without Pulumi's engine)."""
-    args = node_launch_template_args(cfg, cfg.root_volume_gib)
+    args = node_launch_template_args(cfg, gpu_root(cfg.root_volume_gib), cfg.gpu)
     args["network_interfaces"] = efa_network_interfaces(cfg.gpu.efa_interfaces, security_group_id)
     if placement_group is not None:
         args["placement"] = {"group_name": placement_group}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from infra.cluster import SYSTEM_ROOT_VOLUME_GIB
+from infra.root_volumes import SYSTEM_ROOT, gpu_root
 from stack.catalog import ESTIMATE_REGION, KUBERNETES_RELEASES, PRICES_SOURCE, PRICES_USD_PER_HOUR
 from stack.config import StackConfig
 
@@ -37,7 +37,10 @@ def hourly_cost(cfg: StackConfig, today: date) -> dict:
     system = own * cfg.system_node_count
     idle = {
         "systemNodes": round(system * price[cfg.system_instance_type], 4),
-        "systemRootVolumes": round(system * SYSTEM_ROOT_VOLUME_GIB * price["gp3-gb"], 4),
+        "systemRootVolumes": round(system * SYSTEM_ROOT.storage_usd_per_hour(price), 4),
+        # Root volume throughput and IOPS above gp3's free baseline, sized for image pulls.
+        "systemRootVolumePerformance": round(
+            system * SYSTEM_ROOT.performance_usd_per_hour(price), 4),
         "eksControlPlane": (control_plane_price(price, cfg.kubernetes_version, today)
                             if own else 0.0),
         "natGateway": own * price["nat-gateway"],
@@ -46,6 +49,8 @@ def hourly_cost(cfg: StackConfig, today: date) -> dict:
     run = {
         "gpuNodesDuringRun": round(cfg.gpu_node_count * price[cfg.gpu_instance_type], 4),
         "gpuRootVolumesDuringRun": round(cfg.gpu_node_count * cfg.root_volume_gib * price["gp3-gb"], 4),
+        "gpuRootVolumePerformanceDuringRun": round(
+            cfg.gpu_node_count * gpu_root(cfg.root_volume_gib).performance_usd_per_hour(price), 4),
     }
     return {"idleUsdPerHour": round(sum(idle.values()), 4),
             "runUsdPerHour": round(sum(idle.values()) + sum(run.values()), 4),

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Callable
 from unittest import mock
 
+import grpc
 import pulumi
 from google.protobuf import json_format
 from pulumi.runtime.proto import resource_pb2
 
 from infra.access import principal_key
-from tests.infra import plain_inputs
-
+from stack import catalog
+from tests.infra import plain_inputs, release_server
 from tests.stack.stacks import PROJECT, raw_config, stack_name
 
 # What DescribeAvailabilityZones returns for an account, sorted by name as AWS sorts it: an
@@ -38,9 +39,36 @@ ZONE_DATA = {
                   ("us-east-1d", "use1-az2", "opt-in-not-required"),
                   ("us-east-1f", "use1-az5", "opt-in-not-required")],
 }
+# Service Quotas' EC2 On-Demand vCPU quotas (name, applied value) of the mock account: enough for
+# every stack the tests deploy (up to 64 GPU nodes of 48 vCPUs), update surge included.
+SERVICE_QUOTAS = {
+    "L-1216C47A": ("Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances", 640.0),
+    "L-DB2E81BA": ("Running On-Demand G and VT instances", 3072.0),
+    "L-417A185B": ("Running On-Demand P instances", 3072.0),
+}
+# Their usage metric's Class dimension (AWS/Usage ResourceCount).
+USAGE_CLASS = {"L-1216C47A": "Standard/OnDemand", "L-DB2E81BA": "G/OnDemand",
+               "L-417A185B": "P/OnDemand"}
 # Regular zones only (what most tests reason about).
 ZONES = {region: [name for name, _, opt_in in zones if opt_in == "opt-in-not-required"]
          for region, zones in ZONE_DATA.items()}
+
+
+class ProviderInvokeError(grpc.RpcError):
+    """A provider's failed invoke as the engine answers it: a gRPC error whose details carry the
+    provider's message (pulumi/pulumi source_eval.go Invoke: "invocation of <tok> returned an
+    error: ..."); the SDK raises it in the program as a plain, catchable Exception
+    (pulumi/runtime/invoke.py, grpc_error_to_exception)."""
+
+    def __init__(self, details: str):
+        super().__init__(details)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self) -> str:
+        return self._details
 
 
 @dataclass
@@ -131,6 +159,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
                     "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]},
         }
         self.existing_addons = {"eks-pod-identity-agent", "coredns", "vpc-cni"}
+        # Service Quotas: quota code -> (name, value); `quota_denied` answers AccessDenied.
+        self.quotas = dict(SERVICE_QUOTAS)
+        self.quota_denied = False
         self.options: dict[str, dict] = {}
         self.providers: dict[str, set[str]] = {}  # resource -> names of its explicit providers
         # State a run leaves for the next one. The engine: this stack's outputs (what a
@@ -176,6 +207,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
         if args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
+        if args.typ == "aws:ecr/pullThroughCacheRule:PullThroughCacheRule":
+            outputs["registryId"] = self.deployer.split(":")[4]  # the caller's account
         return f"{args.name}-id", outputs
 
     def _stack_reference(self, name: str) -> dict:
@@ -264,6 +297,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
                                   f"{args.args['addonName']})")
             return {"addonName": args.args["addonName"], "clusterName": args.args["clusterName"],
                     "addonVersion": "v1.3.10-eksbuild.3", "id": args.args["addonName"]}
+        if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            return self._service_quota(args.args)
         if args.token == "aws:eks/getCluster:getCluster":
             if args.args["name"] not in self.clusters:
                 return _not_found(f"reading EKS Cluster ({args.args['name']})")
@@ -278,9 +313,37 @@ class RecordingMocks(pulumi.runtime.Mocks):
                     "tags": self.clusters[cluster][arn], "type": "STANDARD"}
         return {}
 
+    def _service_quota(self, args: dict) -> dict:
+        """GetAWSDefaultServiceQuota then GetServiceQuota, as the aws provider's data source
+        calls them; a denied call fails the invoke as the engine does, with the provider's text."""
+        service, code = args["serviceCode"], args["quotaCode"]
+        if self.quota_denied:
+            raise ProviderInvokeError(
+                f"invocation of aws:servicequotas/getServiceQuota:getServiceQuota returned an "
+                f"error: 1 error occurred:\n\t* getting "
+                f"Default Service Quota for ({service}/{code}): operation error Service Quotas: "
+                f"GetAWSDefaultServiceQuota, https response error StatusCode: 400, RequestID: "
+                f"8c5ee7e2-0000-4000-8000-000000000000, api error AccessDeniedException: User: "
+                f"{self.deployer} is not authorized to perform: "
+                f"servicequotas:GetAWSDefaultServiceQuota because no identity-based policy allows "
+                f"the servicequotas:GetAWSDefaultServiceQuota action")
+        name, value = self.quotas[code]
+        arn = f"arn:aws:servicequotas:{self.region}:{self.deployer.split(':')[4]}:{service}/{code}"
+        return {"adjustable": True, "arn": arn, "defaultValue": 5.0 if code == "L-1216C47A" else 0.0,
+                "globalQuota": False, "id": arn, "quotaCode": code, "quotaName": name,
+                "region": self.region, "serviceCode": service,
+                "serviceName": "Amazon Elastic Compute Cloud (Amazon EC2)", "value": value,
+                "usageMetrics": [{"metricName": "ResourceCount", "metricNamespace": "AWS/Usage",
+                                  "metricStatisticRecommendation": "Maximum",
+                                  "metricDimensions": [{"class": USAGE_CLASS[code],
+                                                        "resource": "vCPU", "service": "EC2",
+                                                        "type": "Resource"}]}]}
+
     def depends_on(self, name: str, other: str) -> bool:
-        """`name` (or a component above it) declares a dependency on `other`, directly or
-        through the resources it depends on."""
+        """`name`'s registered dependencies reach `other`, directly or through the resources
+        they depend on. A component's own `depends_on` is not followed: the engine gives a
+        child only DeletedWith, Protect, RetainOnDelete and Provider from its parent (pulumi/pulumi
+        pkg/resource/deploy/source_eval.go, inheritFromParent)."""
         seen, todo = set(), [name]
         while todo:
             current = todo.pop()
@@ -290,8 +353,6 @@ class RecordingMocks(pulumi.runtime.Mocks):
             if other in self.depends.get(current, ()):
                 return True
             todo.extend(self.depends.get(current, ()))
-            if self.parents.get(current):
-                todo.append(self.parents[current])
         return False
 
     def of_type(self, typ: str, name_part: str = "") -> list[Recorded]:
@@ -356,9 +417,11 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
                 offering: list[str] | None = None, secrets: dict[str, str] | None = None,
                 mocks: RecordingMocks | None = None,
                 aws_config: dict[str, str] | None = None, preview: bool = False,
-                entry: Callable[[], None] | None = None) -> RecordingMocks:
+                entry: Callable[[], None] | None = None,
+                crd_url: str | None = None) -> RecordingMocks:
     """The real program (program.run, or `entry`) under mocks, with the stack file's config +
-    overrides; `preview` (or the mocks' own setting) runs it as `pulumi preview`."""
+    overrides; `preview` (or the mocks' own setting) runs it as `pulumi preview`. KubeRay's
+    CRDs come from the loopback release server (`crd_url`: another URL template)."""
     import program
 
     raw, region = raw_config(stack_file)
@@ -391,6 +454,7 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
 
     # Resource references among the inputs (node groups point at the cluster) stay URNs: the SDK
     # would otherwise rebuild those resources inside the mock monitor, on another event loop.
-    with mock.patch("pulumi.runtime.rpc.get_resource_module", return_value=None):
+    with mock.patch("pulumi.runtime.rpc.get_resource_module", return_value=None), \
+            mock.patch.object(catalog, "KUBERAY_CRD_URL", crd_url or release_server.crd_url()):
         deploy()
     return mocks

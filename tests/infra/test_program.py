@@ -384,11 +384,10 @@ def test_helm_releases_pinned_on_the_right_nodes_and_ordered(dev):
         assert inputs["skipAwait"] is True  # GPU nodes sit at zero between runs
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
             inputs["values"]["tolerations"]
-    crds = [r.inputs["file"] for r in dev.of_type("kubernetes:yaml/v2:ConfigFile")]
-    assert all("/kuberay/v1.7.0/" in url for url in crds) and len(crds) == 3
     for release in releases.values():
         assert dev.depends_on(release.name, "eks-system")
-    assert dev.depends_on("addons-kuberay-operator", "addons-crd-ray.io_rayclusters.yaml")
+    for crd in dev.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-"):  # tests/workloads
+        assert dev.depends_on("addons-kuberay-operator", crd.name)
 
 
 def test_cluster_autoscaler_release_is_pinned_on_the_system_node_with_its_own_role(dev):
@@ -448,6 +447,16 @@ def test_hub_token_becomes_a_kubernetes_secret_only_when_set(dev):
     assert "hf_test_token" in json.dumps(secret["stringData"])
 
 
+def test_a_hub_token_stored_in_plaintext_is_refused_before_any_resource():
+    from stack.config import ConfigError
+
+    mocks = RecordingMocks("us-west-2")
+    with pytest.raises(ConfigError, match=r"hfToken: stored in plaintext \(Pulumi.dev.yaml.*"
+                                          r"pulumi config set --secret hfToken"):
+        run_program(DEV, {"hfToken": "hf_plain_token"}, mocks=mocks)
+    assert mocks.resources == []
+
+
 def test_stack_outputs_and_kubeconfig_is_secret(dev):
     out = dev.exports
     assert out["clusterName"] == "ray-train-dev" and out["region"] == "us-west-2"
@@ -456,9 +465,11 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
     assert out["runCostUsdPerHour"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
     breakdown = out["hourlyCostBreakdown"]
     assert out["idleCostUsdPerHour"] == pytest.approx(
-        out["runCostUsdPerHour"] - breakdown["gpuNodesDuringRun"] - breakdown["gpuRootVolumesDuringRun"])
-    assert set(breakdown) == {"gpuNodesDuringRun", "gpuRootVolumesDuringRun", "systemNodes",
-                              "systemRootVolumes", "eksControlPlane", "natGateway", "natPublicIpv4"}
+        out["runCostUsdPerHour"] - sum(v for k, v in breakdown.items() if k.endswith("DuringRun")))
+    assert set(breakdown) == {"gpuNodesDuringRun", "gpuRootVolumesDuringRun",
+                              "gpuRootVolumePerformanceDuringRun", "systemNodes",
+                              "systemRootVolumes", "systemRootVolumePerformance",
+                              "eksControlPlane", "natGateway", "natPublicIpv4"}
     assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
     assert out["costIsEstimate"] is False and out["costSource"].endswith("us-west-2")
     assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
@@ -476,15 +487,57 @@ def test_existing_cluster_mode_deploys_only_addons_and_workloads():
 
 def test_existing_cluster_adopts_kuberay_crds_that_are_already_there(dev):
     """pulumi-kubernetes >= 4.29 creates with a plain POST: an existing CRD is AlreadyExists
-    unless the provider upserts. Only the CRDs go through that provider."""
+    unless the provider upserts, and its upsert (a server-side apply) conflicts with the fields
+    Helm or kubectl own unless it forces them (await.go patchForce). Only the CRDs go through
+    that provider."""
     m = run_program(DEV, {"existingClusterName": "shared-gpu"})
     upsert = m.one("pulumi:providers:kubernetes", "k8s-crds").inputs
     assert upsert["upsertExistingObjects"] in (True, "true")
-    crds = [r.name for r in m.of_type("kubernetes:yaml/v2:ConfigFile")]
+    assert upsert["enablePatchForce"] in (True, "true")
+    crds = [r.name for r in m.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-")]
     assert len(crds) == 3 and all(m.providers[c] == {"k8s-crds"} for c in crds)
     assert m.providers["addons-kuberay-operator"] == {"k8s"}
     # A cluster this stack creates has no CRDs yet: one provider, no upsert anywhere.
     assert not dev.of_type("pulumi:providers:kubernetes", "k8s-crds")
+
+
+def test_destroying_a_stack_on_an_existing_cluster_leaves_the_shared_crds(dev):
+    """Other RayJobs on a shared cluster live in KubeRay's CRDs: deleting a CRD deletes every
+    object of its kind. Retain on delete is inherited by the group's CRDs (source_eval.go)."""
+    m = run_program(DEV, {"existingClusterName": "shared-gpu"})
+    for crd in m.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-"):
+        assert m.options[crd.name]["retainOnDelete"] is True, crd.name
+    for crd in dev.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-"):
+        assert not dev.options[crd.name]["retainOnDelete"], crd.name  # the stack's own cluster
+
+
+def test_a_cluster_that_runs_kuberay_gets_no_second_operator():
+    """A second kuberay-operator release would create the ClusterRole `kuberay-operator`
+    (the chart's fullnameOverride) again, and two operators would both reconcile the RayJob."""
+    m = run_program(DEV, {"existingClusterName": "shared-gpu", "existingKuberay": "true"})
+    assert not m.of_type("kubernetes:helm.sh/v3:Release", "kuberay")
+    assert not m.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-")  # its CRDs: untouched
+    assert not m.of_type("pulumi:providers:kubernetes", "k8s-crds")
+    assert m.one("kubernetes:ray.io/v1:RayJob")  # served by the cluster's own operator
+
+
+def test_stacks_on_one_existing_cluster_get_namespaces_of_their_own(dev):
+    """Namespace, service account and Pod Identity association (one per namespace and service
+    account in EKS) named per stack, so they collide neither with a `ray` namespace that is
+    there nor with a second stack's; the stack's own cluster keeps `ray`."""
+    seen = set()
+    for name in ("team-a", "team-b"):
+        m = run_program(DEV, {"existingClusterName": "shared-gpu", "clusterName": name})
+        namespace = m.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"]
+        assert namespace == f"ray-{name}" == m.exports["rayNamespace"]
+        assoc = m.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt").inputs
+        assert (assoc["namespace"], assoc["serviceAccount"]) == (namespace, "ray-train")
+        namespaced = [r for r in m.resources if r.type.startswith("kubernetes:")
+                      and "namespace" in (r.inputs.get("metadata") or {})]
+        assert {r.inputs["metadata"]["namespace"] for r in namespaced} == {namespace}
+        seen.add(namespace)
+    assert len(seen) == 2
+    assert dev.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"] == "ray"
 
 
 def test_existing_cluster_node_selectors_are_configurable():

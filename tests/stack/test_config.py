@@ -66,6 +66,7 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
     ({"gpuNodeSelector": json.dumps({"pool": "gpu"})}, "gpuNodeSelector", "only with existingClusterName"),
     ({"systemNodeSelector": json.dumps({"pool": 1}), "existingClusterName": "shared"},
      "systemNodeSelector", "expected a non-empty mapping"),
+    ({"existingKuberay": "true"}, "existingKuberay", "only with existingClusterName"),
     ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "KUBERNETES_RELEASES (known: 1.34, 1.35)"),
     ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0"})}, "capacityBlock", "instanceCount"),
     ({"image": "public.ecr.aws/x/ray"}, "image", "needs a tag"),
@@ -104,7 +105,7 @@ def test_cost_idle_and_during_a_run():
     # The reference quotes ~9.50 USD/h for 2x g6.12xlarge + system node + EKS + NAT.
     assert 9.0 < cost["runUsdPerHour"] < 10.0
     assert cost["runUsdPerHour"] == pytest.approx(sum(cost["breakdown"].values()))
-    during_run = cost["breakdown"]["gpuNodesDuringRun"] + cost["breakdown"]["gpuRootVolumesDuringRun"]
+    during_run = sum(v for k, v in cost["breakdown"].items() if k.endswith("DuringRun"))
     assert cost["idleUsdPerHour"] == pytest.approx(cost["runUsdPerHour"] - during_run)
     assert cost["idleUsdPerHour"] < 0.5  # control plane, NAT gateway and one m7i.xlarge
     none = hourly_cost(parse({"gpuNodeCount": "0"}, "us-west-2"), before_extended)
@@ -168,6 +169,19 @@ def test_every_declared_key_has_a_default_so_a_new_stack_needs_no_config():
     assert all("default" in spec for spec in config.values())
     cfg = parse({}, "us-west-2", default_name="eks-ray-train-new")
     assert cfg.name == "eks-ray-train-new" and cfg.training.max_failures == 2
+
+
+def test_no_declared_key_is_a_secret_with_a_default():
+    """The CLI merges a declared default into the stack as a plaintext value, then refuses a
+    typed `secret: true` key whose value is not encrypted (pkg/workspace/config.go, mergeConfig,
+    validateStackConfigValue): every stack without a value of its own would fail. The program
+    refuses a plaintext hfToken itself (stack/pulumi_config.py)."""
+    import yaml
+
+    from stack.config import PULUMI_YAML
+
+    config = yaml.safe_load(PULUMI_YAML.read_text())["config"]
+    assert not [k for k, spec in config.items() if spec.get("secret") and "default" in spec]
 
 
 @pytest.mark.parametrize("raw, message", [
