@@ -19,7 +19,7 @@ def tokenizer_dir(tmp_path_factory):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    corpus = [line for line in (REPO / "training/data/sample_data/tiny_corpus.jsonl").read_text().splitlines()]
+    corpus = (REPO / "training/data/sample_data/tiny_corpus.jsonl").read_text().splitlines()
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
