@@ -121,6 +121,7 @@ class StackConfig:
     training: TrainConfig
     extra_pip: tuple[str, ...]
     job_deadline_seconds: int
+    end_on_scale_up_failure: bool
 
     @property
     def gpu(self) -> catalog.InstanceFacts:
@@ -186,6 +187,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "training": (_json, "training"),
     "extraPip": (_json, "extra_pip"),
     "jobDeadlineSeconds": (_int, "job_deadline_seconds"),
+    "endOnScaleUpFailure": (_bool, "end_on_scale_up_failure"),
 }
 SECRET_KEYS = ("hfToken",)  # read by the program as a secret Output, never into StackConfig
 # Empty ("" or {}) in Pulumi.yaml: the pinned value from the catalog, or this stack's own labels.

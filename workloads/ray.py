@@ -1,5 +1,5 @@
-"""The Ray workloads: namespace, service account, hub-token secret, code ConfigMap and the RayJob
-(which brings its own Ray cluster). Manifests come from the pure builders beside this module."""
+"""The Ray workloads: namespace, service account and what its Ray head may read, hub-token
+secret, code ConfigMap and the RayJob (which brings its own Ray cluster). Manifests come from the pure builders beside this module."""
 
 from __future__ import annotations
 
@@ -10,6 +10,18 @@ from stack.config import StackConfig
 from workloads.code_bundle import CodeBundle
 from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT
 from workloads.rayjob import build_rayjob, head_service
+from workloads.rbac import head_rbac
+
+
+def _rbac(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    """A Role, ClusterRole or binding from workloads/rbac.py."""
+    kind, meta = manifest["kind"], manifest["metadata"]
+    if kind in ("Role", "ClusterRole"):
+        cls = k8s.rbac.v1.Role if kind == "Role" else k8s.rbac.v1.ClusterRole
+        return cls(name, metadata=meta, rules=manifest["rules"], opts=opts)
+    cls = k8s.rbac.v1.RoleBinding if kind == "RoleBinding" else k8s.rbac.v1.ClusterRoleBinding
+    return cls(name, metadata=meta, role_ref=manifest["roleRef"], subjects=manifest["subjects"],
+               opts=opts)
 
 
 def _custom_resource(name: str, kind: str, manifest: pulumi.Input[dict],
@@ -44,10 +56,14 @@ class RayWorkloads(pulumi.ComponentResource):
                                      data=bundle.data, opts=in_ns)
         self.rayjob_name: pulumi.Output[str] | None = None
         self.head_service: pulumi.Output[str] | None = None
-        if cfg.run_job and cfg.gpu_node_count > 0:  # a run of zero GPU nodes never starts
-            manifest = pulumi.Output.from_input(storage_uri).apply(
-                lambda uri: build_rayjob(cfg, bundle, uri))
-            self.rayjob_name = manifest.apply(lambda m: m["metadata"]["name"])
+        runs = cfg.run_job and cfg.gpu_node_count > 0  # a run of zero GPU nodes never starts
+        manifest = pulumi.Output.from_input(storage_uri).apply(
+            lambda uri: build_rayjob(cfg, bundle, uri)) if runs else None
+        job_name = manifest.apply(lambda m: m["metadata"]["name"]) if runs else None
+        roles = [_rbac(f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m, in_ns)
+                 for m in head_rbac(job_name, cfg.end_on_scale_up_failure)]
+        if runs:
+            self.rayjob_name = job_name
             self.head_service = self.rayjob_name.apply(head_service)
             # KubeRay ignores spec changes of a RayJob ("Disregard changes in RayClusterSpec",
             # rayjob_controller.go), so any change is a new job, and the old one is deleted
@@ -55,6 +71,7 @@ class RayWorkloads(pulumi.ComponentResource):
             _custom_resource(
                 f"{name}-rayjob", "RayJob", manifest,
                 opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
-                    depends_on=[ns, operator, code], replace_on_changes=["metadata.name", "spec"],
+                    # The head reads the API from its start (cold start, scale-up watch).
+                    depends_on=[ns, operator, code, *roles], replace_on_changes=["metadata.name", "spec"],
                     delete_before_replace=True)))
         self.register_outputs({})
