@@ -4,7 +4,7 @@ step, each with its seconds and the GPU-node dollars it cost.
 The Kubernetes side (worker pods, their GPU nodes, kubelet's image-pull events) is read by the
 Ray head from the API (`observe`, once the workers have joined: events live about an hour); the
 job side (workers joined, NCCL up, model and data ready, first step) comes from the job's own
-clock (`worker_marks`, the loop's first step). `timeline` joins them. Standard library only: the
+clock (the driver's, and `cold_start_marks` of the loop's rank 0). `timeline` joins them. Standard library only: the
 Pulumi program imports the environment names below.
 
 Sources: Pod `status.conditions` (PodScheduled, Ready) and Node `metadata.creationTimestamp` and
@@ -23,6 +23,7 @@ import os
 import re
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Mapping
 
 from training.kube_api import KubeAPI, KubeAPIError
@@ -131,10 +132,10 @@ def observe(api: KubeAPI, namespace: str, cluster: str, rayjob: str | None) -> d
                      for p in pods]}
 
 
-def observe_here(env: Mapping[str, str] = os.environ) -> dict | None:
-    """`observe` for this run, from inside its Ray head; None, with a warning, where there is no
-    Kubernetes API (a local run) or it cannot be read (then the run goes on without a timeline)."""
-    api, cluster = KubeAPI.in_cluster(env), env.get(CLUSTER_ENV)
+def observe_here(env: Mapping[str, str] = os.environ, sa_dir: Path | None = None) -> dict | None:
+    """`observe` for this run, from inside its Ray head; None where there is no Kubernetes API (a
+    local run) and, with a warning, where it cannot be read: the run goes on without a timeline."""
+    api, cluster = KubeAPI.in_cluster(env, sa_dir), env.get(CLUSTER_ENV)
     if api is None or not cluster:
         return None
     try:
@@ -227,3 +228,14 @@ def report_lines(t: dict) -> list[str]:
         if t["image_pull_s"] else ""
     out.append(f"  {t['total_s']:8.1f} s to the first step{cost}{pulls}")
     return out
+
+
+def summarize(observed: dict | None, marks: Mapping[str, float | None],
+              env: Mapping[str, str] = os.environ) -> dict | None:
+    """The run's timeline, printed to the log; None without what Kubernetes recorded."""
+    if observed is None:
+        return None
+    t = timeline(observed, marks, price_here(env))
+    for line in report_lines(t):
+        print(line, flush=True)
+    return t

@@ -36,8 +36,9 @@ class KubeAPI:
 
     @classmethod
     def in_cluster(cls, env: Mapping[str, str] = os.environ,
-                   sa_dir: Path = SA_DIR) -> "KubeAPI | None":
+                   sa_dir: Path | None = None) -> "KubeAPI | None":
         host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+        sa_dir = sa_dir or SA_DIR
         token = sa_dir / "token"
         if not host or not port or not token.exists():
             return None

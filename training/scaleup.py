@@ -36,7 +36,8 @@ from typing import Callable, Mapping
 
 import yaml
 
-from training.cold_start import CLUSTER_ENV, NAMESPACE_ENV, RAYJOB_ENV, WORKER_SELECTOR, event_time
+from training.cold_start import (CLUSTER_ENV, NAMESPACE_ENV, RAYJOB_ENV, WORKER_SELECTOR,
+                                 event_time, parse_time)
 from training.kube_api import KubeAPI, KubeAPIError
 
 STATUS_NAMESPACE, STATUS_CONFIGMAP = "kube-system", "cluster-autoscaler-status"
@@ -77,8 +78,10 @@ def node_group_status(config_map: dict | None) -> list[dict]:
 
 
 def _latest(events: list[dict], reason: str) -> dict | None:
+    """The event of this reason seen last (a repeated event keeps one object, counted)."""
     mine = [e for e in events if e.get("reason") == reason]
-    return max(mine, key=lambda e: event_time(e) or 0.0) if mine else None
+    return max(mine, key=lambda e: parse_time(e.get("lastTimestamp")) or event_time(e) or 0.0) \
+        if mine else None
 
 
 def triggered_groups(events: list[dict]) -> set[str]:
@@ -169,8 +172,9 @@ def watch(api: KubeAPI, namespace: str, cluster: str, rayjob: str | None, end: b
           poll_s: float = POLL_S, say: Callable[[str], None] = print,
           sleep: Callable[[float], None] = time.sleep) -> str:
     """Poll until the workers are all scheduled ("joined") or the run is ended ("ended"),
-    printing each new cause. An unreadable API is reported and retried."""
-    said = None
+    printing each new cause. A definite cause ends the run once two polls in a row found it
+    (not one event read mid-update). An unreadable API is reported and retried."""
+    said, seen = None, 0
     while True:
         try:
             cause, count = read_cause(api, namespace, cluster)
@@ -180,9 +184,12 @@ def watch(api: KubeAPI, namespace: str, cluster: str, rayjob: str | None, end: b
         if count > 0 and cause is None:
             say("scale-up: every worker pod has a node")
             return "joined"
-        if cause is not None and cause.line() != said:
-            say(said := cause.line())
-        if cause is not None and cause.definite and end and rayjob:
+        line = cause.line() if cause is not None else None
+        seen = seen + 1 if line == said else 1
+        if line is not None and line != said:
+            say(line)
+        said = line
+        if cause is not None and cause.definite and end and rayjob and seen >= 2:
             try:
                 end_run(api, namespace, rayjob, cause)
             except KubeAPIError as e:
