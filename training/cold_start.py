@@ -4,14 +4,15 @@ step, each with its seconds and the GPU-node dollars it cost.
 The Kubernetes side (worker pods, their GPU nodes, kubelet's image-pull events) is read by the
 Ray head from the API (`observe`, once the workers have joined: events live about an hour); the
 job side (workers joined, NCCL up, model and data ready, first step) comes from the job's own
-clock (the driver's, and `cold_start_marks` of the loop's rank 0). `timeline` joins them. Standard library only: the
-Pulumi program imports the environment names below.
+clock (the driver's, and `cold_start_marks` of the loop's rank 0). `timeline` joins them.
+Standard library only: the Pulumi program imports the environment names below.
 
 Sources: Pod `status.conditions` (PodScheduled, Ready) and Node `metadata.creationTimestamp` and
 its Ready condition (API reference, core/v1); kubelet's `Pulling`/`Pulled` events, "Successfully
 pulled image %q in %v (%v including waiting). Image size: %v bytes." or "Container image %q
 already present on machine" (kubernetes `pkg/kubelet/images/image_manager.go`); the autoscaler's
-`TriggeredScaleUp` pod event (cluster-autoscaler `processors/status/eventing_scale_up_processor.go`).
+`TriggeredScaleUp` pod event (cluster-autoscaler
+`processors/status/eventing_scale_up_processor.go`).
 Events are read as core/v1 Events, the API both writers use (client-go `tools/record`), which
 keeps their `count` and `firstTimestamp`/`lastTimestamp` as written and can be listed per
 namespace with one read-only call.
@@ -213,29 +214,29 @@ def price_here(env: Mapping[str, str] = os.environ) -> float | None:
         return None
 
 
-def report_lines(t: dict) -> list[str]:
+def report_lines(t: dict, title: str = "cold start") -> list[str]:
     """The log's view of `timeline`: one line per phase, then the total."""
     if not t["phases"]:
         return []
     money = t["gpu_node_usd"] is not None
-    out = ["cold start (from the RayJob's creation):" if t["from"] == "rayjob"
-           else "cold start (from the first recorded milestone):"]
+    since = "the RayJob's creation" if t["from"] == "rayjob" else "the first recorded milestone"
+    out = [f"{title} (from {since}):"]
     for p in t["phases"]:
         cost = f"  {p['usd']:.3f} USD" if money else ""
         out.append(f"  {p['seconds']:8.1f} s{cost}  {p['phase']}")
     cost = f", GPU nodes {t['gpu_node_usd']:.2f} USD" if money else " (no price given)"
     pulls = ", image pulls " + "/".join(f"{s:.0f}" for s in t["image_pull_s"]) + " s" \
         if t["image_pull_s"] else ""
-    out.append(f"  {t['total_s']:8.1f} s to the first step{cost}{pulls}")
+    out.append(f"  {t['total_s']:8.1f} s to {t['phases'][-1]['phase']}{cost}{pulls}")
     return out
 
 
 def summarize(observed: dict | None, marks: Mapping[str, float | None],
-              env: Mapping[str, str] = os.environ) -> dict | None:
+              env: Mapping[str, str] = os.environ, title: str = "cold start") -> dict | None:
     """The run's timeline, printed to the log; None without what Kubernetes recorded."""
     if observed is None:
         return None
     t = timeline(observed, marks, price_here(env))
-    for line in report_lines(t):
+    for line in report_lines(t, title):
         print(line, flush=True)
     return t

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -162,7 +163,9 @@ def read_cause(api: KubeAPI, namespace: str, cluster: str) -> tuple[Cause | None
 def end_run(api: KubeAPI, namespace: str, rayjob: str, cause: Cause) -> None:
     """Fail the RayJob now: a deadline of 1 s (KubeRay marks it Failed, DeadlineExceeded, and
     with shutdownAfterJobFinishes deletes its cluster after the TTL; rayjob_controller.go
-    checkActiveDeadlineAndUpdateStatusIfNeeded), a one-minute TTL, the cause in an annotation."""
+    checkActiveDeadlineAndUpdateStatusIfNeeded, also while Initializing), a one-minute TTL, the
+    cause in an annotation. KubeRay's optional webhook re-checks only the spec rules on update
+    (pkg/webhooks/v1/rayjob_webhook.go ValidateUpdate); a RayJob never reruns on a spec change."""
     api.merge_patch(api.rayjob_path(namespace, rayjob), {
         "metadata": {"annotations": {CAUSE_ANNOTATION: f"{cause.summary}; fix: {cause.fix}"}},
         "spec": {"activeDeadlineSeconds": 1, "ttlSecondsAfterFinished": 60}})
@@ -170,7 +173,7 @@ def end_run(api: KubeAPI, namespace: str, rayjob: str, cause: Cause) -> None:
 
 def watch(api: KubeAPI, namespace: str, cluster: str, rayjob: str | None, end: bool,
           poll_s: float = POLL_S, say: Callable[[str], None] = print,
-          sleep: Callable[[float], None] = time.sleep) -> str:
+          sleep: Callable[[float], None] | None = None) -> str:
     """Poll until the workers are all scheduled ("joined") or the run is ended ("ended"),
     printing each new cause. A definite cause ends the run once two polls in a row found it
     (not one event read mid-update). An unreadable API is reported and retried."""
@@ -199,7 +202,19 @@ def watch(api: KubeAPI, namespace: str, cluster: str, rayjob: str | None, end: b
             say(f"scale-up: ended RayJob {rayjob}; its Ray cluster, and any GPU node that did "
                 "launch, go within minutes")
             return "ended"
-        sleep(poll_s)
+        (sleep or time.sleep)(poll_s)
+
+
+def cause_here(env: Mapping[str, str] = os.environ) -> Cause | None:
+    """The cause for this run's pending workers, read from inside its Ray head; None off
+    Kubernetes, when no worker is pending, or when the API cannot be read (it only informs)."""
+    api, cluster = KubeAPI.in_cluster(env), env.get(CLUSTER_ENV)
+    if api is None or not cluster:
+        return None
+    try:
+        return read_cause(api, env.get(NAMESPACE_ENV, "default"), cluster)[0]
+    except KubeAPIError:
+        return None
 
 
 def main(argv: list[str] | None = None, env: Mapping[str, str] = os.environ) -> int:
@@ -216,8 +231,14 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] = os.environ) -> 
         print("WARNING: scale-up watch: no Kubernetes API or RAY_CLUSTER_NAME here; not watching",
               file=sys.stderr, flush=True)
     else:
-        watch(api, env.get(NAMESPACE_ENV, "default"), cluster, env.get(RAYJOB_ENV),
-              args.end_on_scaleup_failure, args.poll_s, say=lambda s: print(s, flush=True))
+        try:
+            watch(api, env.get(NAMESPACE_ENV, "default"), cluster, env.get(RAYJOB_ENV),
+                  args.end_on_scaleup_failure, args.poll_s, say=lambda s: print(s, flush=True))
+        except Exception as e:  # a crashing container would keep the head pod unready
+            print(f"WARNING: scale-up watch stopped: {type(e).__name__}: {e}", file=sys.stderr,
+                  flush=True)
+    # PID 1 of its container: without a handler SIGTERM is ignored and deletion waits 30 s.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while args.stay:
         time.sleep(3600)
     return 0

@@ -1,5 +1,6 @@
 """The Ray workloads: namespace, service account and what its Ray head may read, hub-token
-secret, code ConfigMap and the RayJob (which brings its own Ray cluster). Manifests come from the pure builders beside this module."""
+secret, code ConfigMap and the RayJob (which brings its own Ray cluster). Manifests come from the
+pure builders beside this module."""
 
 from __future__ import annotations
 
@@ -56,15 +57,13 @@ class RayWorkloads(pulumi.ComponentResource):
                                      data=bundle.data, opts=in_ns)
         self.rayjob_name: pulumi.Output[str] | None = None
         self.head_service: pulumi.Output[str] | None = None
-        runs = cfg.run_job and cfg.gpu_node_count > 0  # a run of zero GPU nodes never starts
-        manifest = pulumi.Output.from_input(storage_uri).apply(
-            lambda uri: build_rayjob(cfg, bundle, uri)) if runs else None
-        job_name = manifest.apply(lambda m: m["metadata"]["name"]) if runs else None
-        roles = [_rbac(f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m, in_ns)
-                 for m in head_rbac(job_name, cfg.end_on_scale_up_failure)]
-        if runs:
-            self.rayjob_name = job_name
+        if cfg.run_job and cfg.gpu_node_count > 0:  # a run of zero GPU nodes never starts
+            manifest = pulumi.Output.from_input(storage_uri).apply(
+                lambda uri: build_rayjob(cfg, bundle, uri))
+            self.rayjob_name = manifest.apply(lambda m: m["metadata"]["name"])
             self.head_service = self.rayjob_name.apply(head_service)
+            roles = [_rbac(f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m, in_ns)
+                     for m in head_rbac(self.rayjob_name, cfg.end_on_scale_up_failure)]
             # KubeRay ignores spec changes of a RayJob ("Disregard changes in RayClusterSpec",
             # rayjob_controller.go), so any change is a new job, and the old one is deleted
             # first: its Ray cluster, and so its GPU nodes, go before the new job asks for them.
@@ -72,6 +71,7 @@ class RayWorkloads(pulumi.ComponentResource):
                 f"{name}-rayjob", "RayJob", manifest,
                 opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
                     # The head reads the API from its start (cold start, scale-up watch).
-                    depends_on=[ns, operator, code, *roles], replace_on_changes=["metadata.name", "spec"],
+                    depends_on=[ns, operator, code, *roles],
+                    replace_on_changes=["metadata.name", "spec"],
                     delete_before_replace=True)))
         self.register_outputs({})

@@ -7,9 +7,13 @@ training/scaleup.py), gets the GPU nodes those pods run on (cluster-scoped, so a
 `get` by name only, no `list`), and gets one ConfigMap in kube-system, cluster-autoscaler's
 status. On its own RayJob (by name) it may `get` (the creation time) and, when
 endOnScaleUpFailure is on, `patch` (to end a run that cannot start). Nothing else, and no write
-anywhere else. `list` and `watch` cannot be limited by resourceNames (Kubernetes RBAC docs,
-"Referring to resources"), so the pod and event reads are namespace-wide: the `ray` namespace
-holds only this stack's Ray objects.
+anywhere else. A `list` under resourceNames is allowed only for one object named by a
+`metadata.name` field selector (Kubernetes RBAC docs, "Referring to resources"), so the pod and
+event lists are namespace-wide: the `ray` namespace holds only this stack's Ray objects.
+
+The subject is `ray-train`, the service account of every Ray pod, GPU workers included: Pod
+Identity maps that one account to the bucket role (infra/storage.py), and the head needs the
+bucket too. A head-only account would need a second association.
 """
 
 from __future__ import annotations
@@ -40,13 +44,12 @@ def _binding(kind: str, name: str, namespace: str | None) -> dict:
                           "namespace": NAMESPACE}]}
 
 
-def head_rbac(rayjob_name: "str | None", end_on_scaleup_failure: bool) -> list[dict]:
-    """Roles and bindings for the head's service account; without a RayJob no RayJob rule.
-    `rayjob_name` may be a Pulumi Output (the name hashes the storage URI): it is only placed."""
-    rules = [_rule("", ["pods"], ["get", "list"]), _rule("", ["events"], ["list"])]
-    if rayjob_name:
-        verbs = ["get", "patch"] if end_on_scaleup_failure else ["get"]
-        rules.append(_rule("ray.io", ["rayjobs"], verbs, [rayjob_name]))
+def head_rbac(rayjob_name: str, end_on_scaleup_failure: bool) -> list[dict]:
+    """Roles and bindings for the head's service account. `rayjob_name` may be a Pulumi Output
+    (the name hashes the storage URI): the builder only places it."""
+    verbs = ["get", "patch"] if end_on_scaleup_failure else ["get"]
+    rules = [_rule("", ["pods"], ["list"]), _rule("", ["events"], ["list"]),
+             _rule("ray.io", ["rayjobs"], verbs, [rayjob_name])]
     return [
         {"apiVersion": RBAC, "kind": "Role", "metadata": {"name": ROLE, "namespace": NAMESPACE},
          "rules": rules},

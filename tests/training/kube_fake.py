@@ -81,7 +81,8 @@ def node(name: str, created: float, ready: float) -> dict:
                                     "role": "gpu-worker"}},
             "spec": {"providerID": f"aws:///us-west-2a/i-0{abs(hash(name)) % 10**16:016d}"},
             "status": {"conditions": [
-                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                {"type": "MemoryPressure", "status": "False",
+                 "reason": "KubeletHasSufficientMemory",
                  "lastHeartbeatTime": ts(ready), "lastTransitionTime": ts(created)},
                 {"type": "Ready", "status": "True", "reason": "KubeletReady",
                  "lastHeartbeatTime": ts(ready), "lastTransitionTime": ts(ready)}]}}

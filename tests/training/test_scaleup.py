@@ -176,3 +176,46 @@ def test_the_watch_reads_only_what_its_role_allows(tmp_path):
 def test_no_api_here_means_no_watch(capsys):
     assert scaleup.main([], env={}) == 0
     assert "not watching" in capsys.readouterr().err
+
+
+def test_the_jobs_own_wait_for_workers_says_why_they_are_missing(tmp_path, monkeypatch, capsys):
+    from tests.training.test_job_start import EIGHT_GPUS, arriving
+    from training import cli, kube_api
+
+    with FakeKube(world(after_ice, [ICE]), head_rbac(JOB, True), tls_dir=tmp_path) as fake:
+        env, sa = in_cluster_env(fake, tmp_path, CLUSTER, JOB)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setattr(kube_api, "SA_DIR", sa)
+        cli._check_capacity(EIGHT_GPUS, True, arriving(0, 8), wait_s=60, poll_s=0.01)
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("waiting for workers: 0 of 8 GPUs")
+    assert "scale-up: EC2 launched no instance" in line
+
+
+@pytest.mark.parametrize("end", [True, False])
+def test_the_head_containers_command_ends_the_run_only_when_the_stack_says_so(
+        tmp_path, monkeypatch, end):
+    """The command workloads/scaleup_watch.py renders, run as the container runs it (minus
+    staying up afterwards, and without the 15 s between polls)."""
+    import dataclasses
+
+    from tests.workloads.test_manifests import stack
+    from training import kube_api
+    from workloads.scaleup_watch import watch_container
+
+    cfg = dataclasses.replace(stack(), end_on_scale_up_failure=end)
+    command = watch_container(cfg, JOB)["command"]
+    assert command[:3] == ["python", "-m", "training.scaleup"]
+    argv = [a for a in command[3:] if a != "--stay"] + ["--poll-s", "0"]
+    with FakeKube(world(after_ice, [ICE]), head_rbac(JOB, end), tls_dir=tmp_path) as fake:
+        env, sa = in_cluster_env(fake, tmp_path, CLUSTER, JOB)
+        monkeypatch.setattr(kube_api, "SA_DIR", sa)
+        if end:
+            assert scaleup.main(argv, env) == 0
+        else:  # it would report forever: stop it at its third poll
+            polls = iter(range(3))
+            monkeypatch.setattr(scaleup.time, "sleep", lambda _: next(polls))
+            assert scaleup.main(argv, env) == 0  # the StopIteration is caught and reported
+        deadline = fake.object("rayjobs", JOB)["spec"]["activeDeadlineSeconds"]
+    assert deadline == (1 if end else 14400)
