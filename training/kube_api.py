@@ -1,6 +1,8 @@
 """A tiny Kubernetes API client for the Ray head: plain HTTPS with the pod's service-account token
-and CA (standard library only: the Ray Train image ships no `kubernetes` package, and the head
-needs a handful of GETs and one merge patch, not a client library).
+and CA. Standard library only: the Ray Train image's lockfile has no `kubernetes` package
+(aws/deep-learning-containers `docker/ray-train/uv.lock`: `jsonschema-specifications` is followed
+by `lightning-utilities`; PyYAML, which training/scaleup.py reads with, is there), and the head
+needs a handful of GETs and one merge patch, not a client library.
 
 In a pod, `KUBERNETES_SERVICE_HOST`/`_PORT` name the API server and the kubelet mounts the token
 and CA under SA_DIR (Kubernetes docs, "Accessing the Kubernetes API from a Pod"). Elsewhere (a

@@ -22,6 +22,12 @@ What cluster-autoscaler 1.35 writes (kubernetes/autoscaler, tag cluster-autoscal
   launch-template error) is only in the ASG's activity and the autoscaler's log, never in
   Kubernetes, so the fix names the command that shows it. Nodes that launch but do not register
   within `--max-node-provision-time` (15 min) back off with errorCode `timeout`.
+The failure events, `ScaleUpFailed` "Failed adding N nodes to group G due to OutOfResource.
+placeholder-cannot-be-fulfilled; source errors: ..." and `ScaleUpTimedOut` (1.35 has no
+`FailedScaleUp` reason), are recorded on the status ConfigMap itself (clusterstate.go through
+clusterstate/utils/status.go LogEventRecorder), so they live in kube-system; the same failure is
+the group's `backoffInfo`, which one `get` of the ConfigMap reads without listing kube-system's
+events.
 """
 
 from __future__ import annotations

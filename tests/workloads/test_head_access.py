@@ -25,6 +25,11 @@ def code():
     return bundle(REPO)
 
 
+@pytest.fixture(scope="module")
+def schema():
+    return load_schema(need(KUBERAY_CRDS / "ray.io_rayjobs.yaml"))
+
+
 def rules_by_scope(objs: list[dict]) -> dict:
     return {(o["kind"], o["metadata"].get("namespace")): o["rules"] for o in objs
             if o["kind"] in ("Role", "ClusterRole")}
@@ -69,10 +74,10 @@ def test_every_role_is_bound_to_the_service_account_of_the_head_pod(code):
 
 
 @pytest.mark.parametrize("end", ["true", "false"])
-def test_the_head_knows_its_rayjob_and_price_and_runs_the_watch(code, end):
+def test_the_head_knows_its_rayjob_and_price_and_runs_the_watch(code, schema, end):
     cfg = stack(endOnScaleUpFailure=end)
     job = build_rayjob(cfg, code, S3)
-    assert validate(job, load_schema(need(KUBERAY_CRDS / "ray.io_rayjobs.yaml"))) == []
+    assert validate(job, schema) == []
     assert rayjob_rules(job) == []
     pod = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     ray, watch = pod["containers"]
