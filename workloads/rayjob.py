@@ -19,7 +19,7 @@ import shlex
 import yaml
 
 from stack.config import StackConfig
-from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE, RUN_START_BUDGET_S
+from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGET_S
 from training.config import TrainConfig
 from training.flags import render
 from workloads.code_bundle import CodeBundle
@@ -80,7 +80,7 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": cfg.namespace},
         "spec": {
             "entrypoint": shlex.join(entrypoint_args(cfg, storage_uri)),
             # A cluster of its own (no clusterSelector): created with the job, submitted to once

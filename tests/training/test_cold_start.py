@@ -26,7 +26,8 @@ def marks() -> dict:
 
 @pytest.fixture()
 def kube(tmp_path):
-    with FakeKube(cold_start_world(T0), head_rbac(JOB, True), tls_dir=tmp_path) as fake:
+    with FakeKube(cold_start_world(T0), head_rbac("ray", JOB, True),
+                  tls_dir=tmp_path) as fake:
         yield fake
 
 
@@ -81,7 +82,7 @@ def test_without_a_price_the_phases_have_no_dollars(kube, tmp_path):
 
 def test_a_role_without_nodes_is_refused_and_the_run_goes_on_without_a_timeline(
         tmp_path, capsys):
-    no_nodes = [m for m in head_rbac(JOB, True) if "node-reader" not in m["metadata"]["name"]]
+    no_nodes = [m for m in head_rbac("ray", JOB, True) if "ClusterRole" not in m["kind"]]
     with FakeKube(cold_start_world(T0), no_nodes) as fake:
         api = KubeAPI(fake.url, tmp_path / "token")
         (tmp_path / "token").write_text("test-token")

@@ -37,7 +37,8 @@ def test_loss_halves_on_a_repeated_batch(tmp_path, monkeypatch):
     monkeypatch.setenv(cli.RUN_STARTED_ENV, str(started))
     # As in a Ray head on EKS: a Kubernetes API (on loopback) holding the run's start, 10 min ago.
     world = kube_fake.cold_start_world(time.time() - 600, "demo-cluster", "demo-job")
-    with kube_fake.FakeKube(world, head_rbac("demo-job", True), tls_dir=tmp_path) as kube:
+    rbac = head_rbac("ray", "demo-job", True)
+    with kube_fake.FakeKube(world, rbac, tls_dir=tmp_path) as kube:
         env, sa = kube_fake.in_cluster_env(kube, tmp_path, "demo-cluster", "demo-job")
         for k, v in env.items():
             monkeypatch.setenv(k, v)

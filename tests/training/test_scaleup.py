@@ -115,7 +115,7 @@ def api_for(fake: FakeKube, tmp_path) -> KubeAPI:
 
 def test_a_definite_cause_fails_the_rayjob_under_the_deployed_role(tmp_path):
     said, polls = [], []
-    with FakeKube(world(after_ice, [ICE]), head_rbac(JOB, True)) as fake:
+    with FakeKube(world(after_ice, [ICE]), head_rbac("ray", JOB, True)) as fake:
         result = scaleup.watch(api_for(fake, tmp_path), "ray", CLUSTER, JOB, end=True,
                                say=said.append, sleep=polls.append)
         job = fake.object("rayjobs", JOB)
@@ -136,7 +136,7 @@ def test_with_ending_off_the_watch_only_reports(tmp_path):
             raise StopIteration
         sleep.calls += 1
     sleep.calls = 0
-    with FakeKube(world(after_ice, [ICE]), head_rbac(JOB, False)) as fake:
+    with FakeKube(world(after_ice, [ICE]), head_rbac("ray", JOB, False)) as fake:
         with pytest.raises(StopIteration):
             scaleup.watch(api_for(fake, tmp_path), "ray", CLUSTER, JOB, end=False,
                           say=said.append, sleep=sleep)
@@ -148,7 +148,7 @@ def test_with_ending_off_the_watch_only_reports(tmp_path):
 
 def test_a_role_without_patch_is_reported_and_the_deadline_still_applies(tmp_path):
     said = []
-    with FakeKube(world(after_ice, [ICE]), head_rbac(JOB, False)) as fake:
+    with FakeKube(world(after_ice, [ICE]), head_rbac("ray", JOB, False)) as fake:
         result = scaleup.watch(api_for(fake, tmp_path), "ray", CLUSTER, JOB, end=True,
                                say=said.append, sleep=lambda _: None)
     assert result == "not ended" and "HTTP 403" in said[-1] and "preRunningDeadline" in said[-1]
@@ -156,7 +156,8 @@ def test_a_role_without_patch_is_reported_and_the_deadline_still_applies(tmp_pat
 
 def test_the_watch_ends_quietly_once_every_worker_has_a_node(tmp_path):
     said = []
-    with FakeKube(world(after_ice, [ICE], scheduled=2), head_rbac(JOB, True)) as fake:
+    w = world(after_ice, [ICE], scheduled=2)
+    with FakeKube(w, head_rbac("ray", JOB, True)) as fake:
         result = scaleup.watch(api_for(fake, tmp_path), "ray", CLUSTER, JOB, end=True,
                                say=said.append, sleep=lambda _: None)
     assert result == "joined" and said == ["scale-up: every worker pod has a node"]
@@ -164,7 +165,8 @@ def test_the_watch_ends_quietly_once_every_worker_has_a_node(tmp_path):
 
 def test_the_watch_reads_only_what_its_role_allows(tmp_path):
     """Run as the head runs it (in-cluster environment, TLS) until it ends the run."""
-    with FakeKube(world(after_ice, [ICE]), head_rbac(JOB, True), tls_dir=tmp_path) as fake:
+    with FakeKube(world(after_ice, [ICE]), head_rbac("ray", JOB, True),
+                  tls_dir=tmp_path) as fake:
         env, sa = in_cluster_env(fake, tmp_path, CLUSTER, JOB)
         api = KubeAPI.in_cluster(env, sa)
         assert scaleup.watch(api, "ray", CLUSTER, JOB, True, sleep=lambda _: None) == "ended"
@@ -182,7 +184,8 @@ def test_the_jobs_own_wait_for_workers_says_why_they_are_missing(tmp_path, monke
     from tests.training.test_job_start import EIGHT_GPUS, arriving
     from training import cli, kube_api
 
-    with FakeKube(world(after_ice, [ICE]), head_rbac(JOB, True), tls_dir=tmp_path) as fake:
+    with FakeKube(world(after_ice, [ICE]), head_rbac("ray", JOB, True),
+                  tls_dir=tmp_path) as fake:
         env, sa = in_cluster_env(fake, tmp_path, CLUSTER, JOB)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
@@ -208,7 +211,8 @@ def test_the_head_containers_command_ends_the_run_only_when_the_stack_says_so(
     command = watch_container(cfg, JOB)["command"]
     assert command[:3] == ["python", "-m", "training.scaleup"]
     argv = [a for a in command[3:] if a != "--stay"] + ["--poll-s", "0"]
-    with FakeKube(world(after_ice, [ICE]), head_rbac(JOB, end), tls_dir=tmp_path) as fake:
+    with FakeKube(world(after_ice, [ICE]), head_rbac("ray", JOB, end),
+                  tls_dir=tmp_path) as fake:
         env, sa = in_cluster_env(fake, tmp_path, CLUSTER, JOB)
         monkeypatch.setattr(kube_api, "SA_DIR", sa)
         if end:

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from stack.catalog import PRICES_USD_PER_HOUR
+from stack.catalog import ESTIMATE_REGION, PRICES_USD_PER_HOUR
 from tests.conftest import KUBERAY_CRDS, REPO, need
 from tests.workloads.crd_schema import load_schema, rayjob_rules, validate
 from tests.workloads.test_manifests import S3, stack
@@ -36,7 +36,7 @@ def rules_by_scope(objs: list[dict]) -> dict:
 
 
 def test_the_head_may_read_pods_events_nodes_and_one_configmap_and_change_only_its_rayjob():
-    scopes = rules_by_scope(head_rbac("ray-train-dev-f44c3b4189", True))
+    scopes = rules_by_scope(head_rbac("ray", "ray-train-dev-f44c3b4189", True))
     assert set(scopes) == {("Role", "ray"), ("Role", "kube-system"), ("ClusterRole", None)}
     for rules in scopes.values():
         for r in rules:
@@ -53,14 +53,14 @@ def test_the_head_may_read_pods_events_nodes_and_one_configmap_and_change_only_i
 
 
 def test_without_ending_runs_the_head_changes_nothing():
-    for rules in rules_by_scope(head_rbac("ray-train-dev-f44c3b4189", False)).values():
+    for rules in rules_by_scope(head_rbac("ray", "ray-train-dev-f44c3b4189", False)).values():
         assert all(set(r["verbs"]) <= READ for r in rules)
 
 
 def test_every_role_is_bound_to_the_service_account_of_the_head_pod(code):
     job = build_rayjob(stack(), code, S3)
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
-    objs = head_rbac(job["metadata"]["name"], True)
+    objs = head_rbac(job["metadata"]["namespace"], job["metadata"]["name"], True)
     roles = {(o["kind"], o["metadata"]["name"]) for o in objs if "rules" in o}
     bound = set()
     for b in (o for o in objs if o["kind"].endswith("Binding")):
@@ -85,7 +85,8 @@ def test_the_head_knows_its_rayjob_and_price_and_runs_the_watch(code, schema, en
     for c in (ray, watch):
         env = {e["name"]: e.get("value") for e in c["env"]}
         assert env[RAYJOB_ENV] == job["metadata"]["name"]
-        assert float(env[PRICE_ENV]) == PRICES_USD_PER_HOUR[cfg.gpu_instance_type]
+        prices = PRICES_USD_PER_HOUR.get(cfg.region, PRICES_USD_PER_HOUR[ESTIMATE_REGION])
+        assert float(env[PRICE_ENV]) == prices[cfg.gpu_instance_type]
     assert watch["command"][:3] == ["python", "-m", "training.scaleup"]
     flag = "--end-on-scaleup-failure" if end == "true" else "--no-end-on-scaleup-failure"
     assert flag in watch["command"] and "--stay" in watch["command"]
@@ -102,3 +103,16 @@ def test_the_job_is_not_given_the_watch(code):
     assert "scaleup" not in " ".join(shlex.split(job["spec"]["entrypoint"]))
     workers = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert [c["name"] for c in workers["containers"]] == ["ray-worker"]
+
+
+def test_stacks_sharing_a_cluster_get_roles_of_their_own(code):
+    """On an existing cluster each stack has its namespace; what lies outside it (the status
+    Role in kube-system, the node ClusterRole) carries the namespace in its name."""
+    own = head_rbac("ray", "a", True)
+    cfg = stack(existingClusterName="shared-gpu")
+    shared = head_rbac(cfg.namespace, "b", True)
+    assert cfg.namespace != "ray"
+    names = lambda objs: {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+                          for o in objs}
+    assert not names(own) & names(shared)
+    assert {b["subjects"][0]["namespace"] for b in shared if "subjects" in b} == {cfg.namespace}

@@ -63,6 +63,14 @@ def test_a_changed_job_replaces_the_old_one_after_deleting_it(dev):
     assert dev.depends_on("ray-rayjob", "ray-code")
 
 
+def test_the_rayjob_starts_after_the_pod_identity_of_its_service_account(dev):
+    """Its pods get S3 credentials only if the association exists when they are created. The
+    edge must be the RayJob's own registered dependency: a component's `depends_on` does not
+    reach its children (the mock follows registered dependencies only, as the engine does)."""
+    assoc = dev.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt")
+    assert dev.depends_on("ray-rayjob", assoc.name)
+
+
 def test_outputs_name_the_job_and_its_dashboard_service(dev):
     job = dev.exports["rayJob"]
     assert job == dev.one(RAYJOB).inputs["metadata"]["name"]
