@@ -209,9 +209,12 @@ class FakeKube:
 
     def _tls(self, d: Path) -> Path:
         cert, key = d / "ca.crt", d / "server.key"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                        "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+        if not cert.exists():  # a self-signed certificate for 127.0.0.1, as the cluster CA
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                            "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+                            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                            "-keyout", str(key), "-out", str(cert)], check=True,
+                           capture_output=True)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
         self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
