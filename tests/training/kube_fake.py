@@ -17,6 +17,7 @@ import re
 import ssl
 import subprocess
 import threading
+import zlib
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -79,7 +80,7 @@ def node(name: str, created: float, ready: float) -> dict:
             "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": ts(created),
                          "labels": {"node.kubernetes.io/instance-type": "g6.12xlarge",
                                     "role": "gpu-worker"}},
-            "spec": {"providerID": f"aws:///us-west-2a/i-0{abs(hash(name)) % 10**16:016d}"},
+            "spec": {"providerID": f"aws:///us-west-2a/i-0{zlib.crc32(name.encode()):016x}"},
             "status": {"conditions": [
                 {"type": "MemoryPressure", "status": "False",
                  "reason": "KubeletHasSufficientMemory",
@@ -93,7 +94,7 @@ def event(obj: dict, reason: str, message: str, first: float, last: float | None
     """A core/v1 Event as client-go's recorder writes it (tools/record)."""
     meta = obj["metadata"]
     return {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{abs(hash((reason, first))):x}",
+            "metadata": {"name": f"{meta['name']}.{zlib.crc32(f'{reason}{first}'.encode()):x}",
                          "namespace": meta.get("namespace", "default"),
                          "creationTimestamp": ts(first)},
             "involvedObject": {"kind": obj["kind"], "namespace": meta.get("namespace"),
