@@ -132,6 +132,7 @@ class StackConfig:
     extra_pip: tuple[str, ...]
     job_deadline_seconds: int
     ecr_pull_through_cache: bool
+    end_on_scale_up_failure: bool
 
     @property
     def gpu(self) -> catalog.InstanceFacts:
@@ -212,6 +213,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "extraPip": (_json, "extra_pip"),
     "jobDeadlineSeconds": (_int, "job_deadline_seconds"),
     "ecrPullThroughCache": (_bool, "ecr_pull_through_cache"),
+    "endOnScaleUpFailure": (_bool, "end_on_scale_up_failure"),
 }
 SECRET_KEYS = ("hfToken",)  # read by the program as a secret Output, never into StackConfig
 # Empty ("" or {}) in Pulumi.yaml: the pinned value from the catalog, or this stack's own labels.

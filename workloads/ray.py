@@ -1,5 +1,6 @@
-"""The Ray workloads: namespace, service account, hub-token secret, code ConfigMap and the RayJob
-(which brings its own Ray cluster). Manifests come from the pure builders beside this module."""
+"""The Ray workloads: namespace, service account and what its Ray head may read, hub-token
+secret, code ConfigMap and the RayJob (which brings its own Ray cluster). Manifests come from the
+pure builders beside this module."""
 
 from __future__ import annotations
 
@@ -13,6 +14,18 @@ from stack.images import through_cache
 from workloads.code_bundle import CodeBundle
 from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, SERVICE_ACCOUNT
 from workloads.rayjob import build_rayjob, head_service
+from workloads.rbac import head_rbac
+
+
+def _rbac(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    """A Role, ClusterRole or binding from workloads/rbac.py."""
+    kind, meta = manifest["kind"], manifest["metadata"]
+    if kind in ("Role", "ClusterRole"):
+        cls = k8s.rbac.v1.Role if kind == "Role" else k8s.rbac.v1.ClusterRole
+        return cls(name, metadata=meta, rules=manifest["rules"], opts=opts)
+    cls = k8s.rbac.v1.RoleBinding if kind == "RoleBinding" else k8s.rbac.v1.ClusterRoleBinding
+    return cls(name, metadata=meta, role_ref=manifest["roleRef"], subjects=manifest["subjects"],
+               opts=opts)
 
 
 def _custom_resource(name: str, kind: str, manifest: pulumi.Input[dict],
@@ -59,6 +72,9 @@ class RayWorkloads(pulumi.ComponentResource):
                     cfg, image=through_cache(cfg.image, a[1])), bundle, a[0]))
             self.rayjob_name = manifest.apply(lambda m: m["metadata"]["name"])
             self.head_service = self.rayjob_name.apply(head_service)
+            roles = [_rbac(f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m, in_ns)
+                     for m in head_rbac(namespace, self.rayjob_name,
+                                         cfg.end_on_scale_up_failure)]
             # KubeRay ignores spec changes of a RayJob ("Disregard changes in RayClusterSpec",
             # rayjob_controller.go), so any change is a new job, and the old one is deleted
             # first: its Ray cluster, and so its GPU nodes, go before the new job asks for them.
@@ -69,6 +85,7 @@ class RayWorkloads(pulumi.ComponentResource):
             _custom_resource(
                 f"{name}-rayjob", "RayJob", manifest,
                 opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
-                    depends_on=[ns, code, pod_identity, *([operator] if operator else [])],
+                    # The head reads the API from its start (cold start, scale-up watch).
+                    depends_on=[ns, code, pod_identity, *roles, *([operator] if operator else [])],
                     replace_on_changes=["metadata.name", "spec"], delete_before_replace=True)))
         self.register_outputs({})

@@ -83,6 +83,7 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
     ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": None})},
      "capacityBlock.instanceCount", "whole number"),
     ({"jobDeadlineSeconds": "600"}, "jobDeadlineSeconds", "covers node boot and image pull"),
+    ({"endOnScaleUpFailure": "sometimes"}, "endOnScaleUpFailure", "true or false"),
     ({"vpcCidr": ""}, "vpcCidr", "empty; set a value"),
     ({"training": json.dumps({"lr": "fast"})}, "training.lr", "expected float"),
 ])
