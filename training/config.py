@@ -59,6 +59,10 @@ class TrainConfig:
                       "path resume the run"})
     checkpoint_every: int = field(default=10, metadata={"help": "save a checkpoint every N steps "
                                   "and at the end; 0 disables checkpoints"})
+    async_checkpoint: bool = field(default=True, metadata={"help": "save checkpoints with DCP's "
+                                   "asynchronous save: training continues while they are "
+                                   "written and uploaded (one in flight; host memory for one "
+                                   "copy of this worker's shards)"})
     max_failures: int = field(default=0, metadata={"help": "worker failures to recover from by "
                               "restarting from the latest checkpoint"})
     address: str | None = field(default=None, metadata={"help": "Ray address (`auto` on the "
@@ -114,6 +118,9 @@ class TrainConfig:
                          "model to the run directory at the end"})
     fault_at_step: int | None = field(default=None, metadata={"help": "test hook: one worker "
                                       "exits at this step of a fresh run", "hidden": True})
+    fault_in_save_at_step: int | None = field(default=None, metadata={"help": "test hook: one "
+                                              "worker exits while this step's asynchronous "
+                                              "checkpoint is in flight", "hidden": True})
     nan_at_step: int | None = field(default=None, metadata={"help": "test hook: a weight turns "
                                     "NaN at this step of a fresh run", "hidden": True})
 

@@ -169,3 +169,24 @@ def plan_batch(cfg: TrainConfig, fp: Footprint, world: int) -> tuple[int, int]:
             if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
                 return m, sequences // m
     return 1, sequences
+
+
+def _from_inputs(inputs: dict) -> tuple[Footprint, dict]:
+    from training.model import model_config
+
+    fp = Footprint(model_config(inputs["model"], inputs["vocab_size"]), inputs["num_params"],
+                   inputs["shard_size"], None, inputs["compiled"], inputs["world"])
+    shape = {k: inputs[k] for k in ("micro_batch", "seq_len", "grad_accum", "reduce_dtype",
+                                     "accum_dtype", "checkpointing", "zero2", "loss_chunk_tokens")}
+    return fp, shape
+
+
+def parts_from(inputs: dict) -> Parts:
+    """The estimate's terms for a recorded calibration row's inputs (bench/calibrate.py)."""
+    fp, shape = _from_inputs(inputs)
+    return estimate_parts(fp, **shape)
+
+
+def estimate_from(inputs: dict) -> int:
+    """The estimate, with today's constants, for a recorded calibration row's inputs."""
+    return parts_from(inputs).total
