@@ -154,30 +154,40 @@ def fit(rows: list[dict]) -> dict:
         a.append([p.static, 0 if p.compiled else p.activations, p.activations if p.compiled else 0,
                   GIB])
         b.append(r["peak_gib"] * GIB)
-    x, *_ = np.linalg.lstsq(np.array(a), np.array(b), rcond=None)
+    x = [float(v) for v in np.linalg.lstsq(np.array(a), np.array(b), rcond=None)[0]]
     return {"STATIC_FACTOR": x[0], "ACTIVATION_FACTOR": {False: x[1], True: x[2]},
             "FIXED_GIB": x[3]}
 
 
-def report(rows: list[dict]) -> str:
-    """Each row's error with the current constants, then the fitted constants."""
-    from training.memory import estimate_from
+def _errors(rows: list[dict]) -> list[float]:
+    from training.memory import GIB as _GIB, estimate_from
 
+    return [estimate_from(r["inputs"]) / (r["peak_gib"] * _GIB) - 1 for r in rows]
+
+
+def report(rows: list[dict]) -> str:
+    """Each row's error with the current constants; the fitted constants as lines to paste into
+    training/memory.py, and the error range they would give."""
+    from unittest import mock
+
+    from training import memory
+
+    errors = _errors(rows)
     lines = [f"{'shape':<72} {'peak GiB':>8} {'est GiB':>8} {'error':>7}"]
-    worst = []
-    for r in rows:
-        est = estimate_from(r["inputs"]) / GIB
-        err = est / r["peak_gib"] - 1
-        worst.append(err)
+    for r, err in zip(rows, errors):
         flag = "" if LOW <= err <= HIGH else "  OUT"
         shape = ", ".join(f"{k}={v}" for k, v in r["shape"].items())
-        lines.append(f"{shape[:72]:<72} {r['peak_gib']:>8.2f} {est:>8.2f} {err:>+7.1%}{flag}")
-    if rows:
-        lines.append(f"error range {min(worst):+.1%} .. {max(worst):+.1%} (allowed "
-                     f"{LOW:+.0%} .. {HIGH:+.0%})")
-        lines.append("least-squares constants: " + ", ".join(
-            f"{k} = {v!r}" if not isinstance(v, float) else f"{k} = {v:.3f}"
-            for k, v in fit(rows).items()))
+        lines.append(f"{shape[:72]:<72} {r['peak_gib']:>8.2f} "
+                     f"{(1 + err) * r['peak_gib']:>8.2f} {err:>+7.1%}{flag}")
+    lines.append(f"error range {min(errors):+.1%} .. {max(errors):+.1%} (allowed "
+                 f"{LOW:+.0%} .. {HIGH:+.0%})")
+    fitted = {k: round(v, 3) if isinstance(v, float) else {c: round(f, 3) for c, f in v.items()}
+              for k, v in fit(rows).items()}
+    with mock.patch.multiple(memory, **fitted):
+        refit = _errors(rows)
+    lines += ["least-squares constants for training/memory.py:",
+              *(f"    {k} = {v}" for k, v in fitted.items()),
+              f"with them: error range {min(refit):+.1%} .. {max(refit):+.1%}"]
     return "\n".join(lines)
 
 

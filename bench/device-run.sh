@@ -71,9 +71,9 @@ recheck)  # after the peak-memory fix: clean NVLink peaks; the planner's micro-b
     --json-out "$OUT/sockets-mb8x2.json" 2>&1 | tee -a "$OUT/recheck.log"
   ;;
 trust)  # one GPU; each step's JSON is written even when a later one fails
-  timeout 150 python3 -m bench.precision --model "$MODEL" --seq-len "$SEQ" --steps 6 \
+  timeout 140 python3 -m bench.precision --model "$MODEL" --seq-len "$SEQ" --steps 6 \
     --json-out "$OUT/precision.json" 2>&1 | tee "$OUT/trust.log"
-  timeout 270 python3 -m bench.calibrate --model "$MODEL" --seq-len "$SEQ" \
+  timeout 240 python3 -m bench.calibrate --model "$MODEL" --seq-len "$SEQ" \
     --json-out "$OUT/calibration.json" 2>&1 | tee -a "$OUT/trust.log"
   timeout 110 python3 -m bench.checkpoints --storage-path /tmp/ckpt-bench \
     --json-out "$OUT/checkpoints.json" 2>&1 | tee -a "$OUT/trust.log"

@@ -84,7 +84,8 @@ def corpus_tokens(count: int, corpus: Path) -> tuple[np.ndarray, dict]:
 
 class _Capture:
     """Stands in for the engine's optimizer for one step: keeps the (clipped) gradient shards it
-    steps with and the update it applies."""
+    steps with and the update it applies, in host memory (three 1.5B engines fill most of an
+    H200 already)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer):
         self.optimizer, self.param_groups = optimizer, optimizer.param_groups
@@ -97,10 +98,10 @@ class _Capture:
     @torch.no_grad()
     def step(self) -> None:
         params = self._params()
-        self.grads = [_local(p.grad).clone() for p in params]
+        self.grads = [_local(p.grad).cpu() for p in params]
         before = [_local(p).clone() for p in params]
         self.optimizer.step()
-        self.update = [_local(p) - b for p, b in zip(params, before)]
+        self.update = [(_local(p) - b).cpu() for p, b in zip(params, before)]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
