@@ -111,11 +111,12 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def compare(got: list[torch.Tensor], ref: list[torch.Tensor]) -> dict:
-    """Relative error and cosine of two tensor lists as flat vectors (fp64 sums)."""
+def compare(got: list[torch.Tensor], ref: list[torch.Tensor], device: torch.device) -> dict:
+    """Relative error and cosine of two tensor lists as flat vectors (fp64 sums on `device`, one
+    tensor pair at a time)."""
     dot = diff = a2 = b2 = 0.0
     for a, b in zip(got, ref):
-        a, b = a.double(), b.double()
+        a, b = a.to(device, torch.float64), b.to(device, torch.float64)
         dot += float((a * b).sum())
         diff += float((a - b).square().sum())
         a2, b2 = a2 + float(a.square().sum()), b2 + float(b.square().sum())
@@ -137,8 +138,8 @@ def _same_step(engines: dict, micro, lr: float, grad_clip: float) -> dict:
         finally:
             engine.optimizer = real
         ref = ref or cap
-        out[name] = {"loss": loss, "grad": compare(cap.grads, ref.grads),
-                     "update": compare(cap.update, ref.update)}
+        out[name] = {"loss": loss, "grad": compare(cap.grads, ref.grads, engine.device),
+                     "update": compare(cap.update, ref.update, engine.device)}
         del cap
     return out
 
