@@ -213,7 +213,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
     last: dict = {"step": state.step, "first_loss": state.first_loss, **info}  # if no step runs
     first_step = state.step + 1
     untimed = True  # the window holds the first step (warm-up) or the profiled one
-    saver = checkpoint.Saver(cfg.async_checkpoint)
+    saver = checkpoint.Saver(cfg.async_checkpoint and bool(cfg.checkpoint_every))
     for step in range(first_step, cfg.steps + 1):
         micro = [batch_at(step, state.samples_seen, m) for m in range(cfg.grad_accum)]
         if cfg.nan_at_step == step and info["resumed_from_step"] is None:
