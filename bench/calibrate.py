@@ -124,8 +124,8 @@ def measure(args: argparse.Namespace, device, env: dict) -> dict:
               "settings": {"model": args.model, "seq_len": args.seq_len, "steps": args.steps}}
     for i in picked:
         result["rows"].append(_measure_row(GRID[i], args, device))
-        print(json.dumps({k: result["rows"][-1].get(k) for k in (
-            "shape", "estimated_peak_gib", "peak_gib", "estimate_error", "error_text")}), flush=True)
+        shown = ("shape", "estimated_peak_gib", "peak_gib", "estimate_error", "error_text")
+        print(json.dumps({k: result["rows"][-1].get(k) for k in shown}), flush=True)
         write_json(result, args.json_out)
     return result
 

@@ -156,7 +156,8 @@ def measure(args: argparse.Namespace, device: torch.device) -> dict:
     from training.engine import build_engine
     from training.model import model_config
 
-    base = TrainConfig(model=args.model, seq_len=args.seq_len, micro_batch_size=args.micro_batch_size,
+    base = TrainConfig(model=args.model, seq_len=args.seq_len,
+                       micro_batch_size=args.micro_batch_size,
                        grad_accum=args.grad_accum, lr=args.lr, warmup_steps=0, num_workers=1,
                        compile=args.compile)
     per_step = base.micro_batch_size * base.grad_accum

@@ -40,7 +40,8 @@ def environment(device: torch.device, argv: list[str], prog: str, world_size: in
 
     cuda = device.type == "cuda"
     return {"gpu": torch.cuda.get_device_name(device) if cuda else platform.processor() or "cpu",
-            "world_size": world_size, "torch": torch.__version__, "transformers": transformers.__version__,
+            "world_size": world_size, "torch": torch.__version__,
+            "transformers": transformers.__version__,
             "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": f"python -m {prog} " + shlex.join(argv)}

@@ -4,8 +4,9 @@ The estimate (bytes, per GPU) is what must fit on the device, not only torch's t
   - sharded fp32 state: weights, gradients, two Adam moments, 16 bytes per parameter over the
     shard group;
   - gradient accumulation without communication keeps unsharded gradients of the whole model in
-    the accumulation dtype until the last micro-batch (FSDP2 `FSDPParam.to_accumulated_grad_if_needed`
-    upcasts them to the policy's reduce dtype: 4 bytes/param for fp32, 2 for bf16);
+    the accumulation dtype until the last micro-batch (FSDP2
+    `FSDPParam.to_accumulated_grad_if_needed` upcasts them to the policy's reduce dtype: 4
+    bytes/param for fp32, 2 for bf16);
   - ZeRO-2 keeps the whole gathered bf16 model (2 bytes/param) between forward and backward;
   - the fused loss's buffers (`training/loss.py`): one chunk's fp32 logits and their bf16
     gradient, the fp32 head-gradient accumulator and one chunk's term of it, the bf16 gradient

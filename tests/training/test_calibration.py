@@ -14,7 +14,8 @@ ROWS = recorded_rows(sorted((REPO / "bench/runs").rglob("*.json")))
 
 @pytest.mark.skipif(not ROWS, reason="no calibration rows recorded yet: run `bash "
                     "bench/device-run.sh trust` on the GPU machine and commit calibration.json")
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: ",".join(f"{k}={v}" for k, v in r["shape"].items()))
+@pytest.mark.parametrize("row", ROWS,
+                         ids=lambda r: ",".join(f"{k}={v}" for k, v in r["shape"].items()))
 def test_estimate_is_within_10_percent_or_at_most_15_percent_over_the_measured_peak(row):
     error = memory.estimate_from(row["inputs"]) / (row["peak_gib"] * memory.GIB) - 1
     assert LOW <= error <= HIGH, (f"{row['shape']}: estimate {error:+.1%} against the measured "
