@@ -73,9 +73,9 @@ recheck)  # after the peak-memory fix: clean NVLink peaks; the planner's micro-b
 trust)  # one GPU; each step's JSON is written even when a later one fails
   timeout 140 python3 -m bench.precision --model "$MODEL" --seq-len "$SEQ" --steps 6 \
     --json-out "$OUT/precision.json" 2>&1 | tee "$OUT/trust.log"
-  timeout 220 python3 -m bench.calibrate --model "$MODEL" --seq-len "$SEQ" \
+  timeout 180 python3 -m bench.calibrate --model "$MODEL" --seq-len "$SEQ" \
     --json-out "$OUT/calibration.json" 2>&1 | tee -a "$OUT/trust.log"
-  timeout 140 python3 -m bench.checkpoints --storage-path /tmp/ckpt-bench \
+  timeout 130 python3 -m bench.checkpoints --storage-path /tmp/ckpt-bench \
     --json-out "$OUT/checkpoints.json" 2>&1 | tee -a "$OUT/trust.log"
   timeout 90 "${BENCH[@]}" --micro-batch-size 4 --grad-accum 4 \
     --variants reference,reference-no-sync \
