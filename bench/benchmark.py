@@ -160,6 +160,11 @@ def _reference_step(model_cfg, device, no_sync: bool = False):
         "auto_wrap_policy": functools.partial(size_based_auto_wrap_policy, min_num_params=int(1e7))})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
+    # At world size 1 prepare_model returns the model unwrapped (ray/train/torch/
+    # train_loop_utils.py: it wraps only `if parallel_strategy and world_size > 1`), so there is
+    # no no_sync() and nothing to communicate: both references then run the same step.
+    no_sync = no_sync and hasattr(model, "no_sync")
+
     def step(micro):
         for i, (inputs, labels) in enumerate(micro):  # without no_sync: reduce every micro-batch
             quiet = no_sync and i < len(micro) - 1

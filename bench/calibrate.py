@@ -78,7 +78,7 @@ def estimate_inputs(engine, cfg: TrainConfig) -> dict:
 def _measure_row(overrides: dict, args: argparse.Namespace, device) -> dict:
     import torch
 
-    from training.data import random_batch
+    from training.data.random_tokens import random_batch
     from training.engine import build_engine, train_step
     from training.memory import estimate_from
     from training.model import model_config

@@ -75,7 +75,7 @@ trust)  # one GPU; each step's JSON is written even when a later one fails
     --json-out "$OUT/precision.json" 2>&1 | tee "$OUT/trust.log"
   timeout 180 python3 -m bench.calibrate --model "$MODEL" --seq-len "$SEQ" \
     --json-out "$OUT/calibration.json" 2>&1 | tee -a "$OUT/trust.log"
-  timeout 130 python3 -m bench.checkpoints --storage-path /tmp/ckpt-bench \
+  timeout 250 python3 -m bench.checkpoints --storage-path /tmp/ckpt-bench \
     --json-out "$OUT/checkpoints.json" 2>&1 | tee -a "$OUT/trust.log"
   timeout 90 "${BENCH[@]}" --micro-batch-size 4 --grad-accum 4 \
     --variants reference,reference-no-sync \

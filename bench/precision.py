@@ -38,7 +38,7 @@ KIND = "precision"
 REFERENCE = "fp32-reduce"
 VARIANTS = {REFERENCE: {"reduce_dtype": "fp32"}, "bf16": {"reduce_dtype": "bf16"},
             "fp32-accum": {"reduce_dtype": "bf16", "accum_dtype": "fp32"}}
-SAMPLE = Path(__file__).resolve().parent.parent / "training/sample_data/tiny_corpus.jsonl"
+SAMPLE = Path(__file__).resolve().parent.parent / "training/data/sample_data/tiny_corpus.jsonl"
 TEXT_FILES = ("*.md", "*.rst", "*.txt", "METADATA")
 
 
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 def corpus_tokens(count: int, corpus: Path) -> tuple[np.ndarray, dict]:
     """`count` byte tokens: the shipped sample's texts, then the corpus's text files in sorted
     order, each document followed by the end-of-text id; and where they came from."""
-    from training.data import tokenize
+    from training.data.tokenize import ByteEncoder
 
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines() if line]
     files = [SAMPLE]
@@ -73,7 +73,8 @@ def corpus_tokens(count: int, corpus: Path) -> tuple[np.ndarray, dict]:
         texts.append(text)
         files.append(path)
         have += len(text.encode()) + 1
-    tokens = tokenize(texts, "bytes")
+    enc = ByteEncoder()
+    tokens = np.asarray([i for t in texts for i in enc.encode(t) + [enc.eos]], dtype=np.int64)
     if len(tokens) < count:
         raise SystemExit(f"error: {corpus} holds {len(tokens)} bytes of text; the run needs "
                          f"{count}: give --corpus a larger directory or fewer --steps")
