@@ -23,6 +23,7 @@ from training import quiet
 from training.config import LOCAL_DEFAULTS, RUN_STARTED_ENV, ConfigError, TrainConfig
 from training.data import BYTES, BYTES_VOCAB, RANDOM_MODES, DataError, TokenCache
 from training.flags import add_config_flags
+from training.loading import local_dir
 from training.model import ModelError, is_builtin, max_positions, model_config
 from training.ray_setup import init_ray
 from training.storage import Storage, StorageError, check_writable, resolve
@@ -36,6 +37,7 @@ DEMO_DEFAULTS = {"data": str(SAMPLE_TEXT), "tokenizer": BYTES, "name": "demo", "
 # every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
 # Ray never grows, so there the check fails at once.
 CAPACITY_WAIT_S, CAPACITY_POLL_S = 600.0, 10.0
+MLFLOW_ENV = "MLFLOW_TRACKING_URI"  # honoured as mlflow's own clients do, unless the flag is given
 
 
 class JobError(RuntimeError):
@@ -56,6 +58,8 @@ def parse(argv: list[str] | None = None) -> TrainConfig:
     args = vars(build_parser().parse_args(argv))
     local, demo = args.pop("local"), args.pop("demo")
     given = {k: v for k, v in args.items() if v is not None}
+    if "mlflow_tracking_uri" not in given and os.environ.get(MLFLOW_ENV):
+        given["mlflow_tracking_uri"] = os.environ[MLFLOW_ENV]
     base = {**LOCAL_DEFAULTS, **DEMO_DEFAULTS} if demo else dict(LOCAL_DEFAULTS) if local else {}
     return TrainConfig(**{**base, **given}).validated()
 
@@ -114,7 +118,8 @@ def _check_model_and_data(cfg: TrainConfig) -> int | None:
         if is_builtin(tok_name) and tok_name != BYTES:
             raise ModelError(f"--data text needs a tokenizer: pass --tokenizer (a Hugging Face id "
                              f"or directory) with the built-in shape {cfg.model!r}")
-        vocab = _tokenizer_vocab(tok_name) if is_builtin(cfg.model) else None
+        vocab = _tokenizer_vocab(tok_name)  # loadable now, not first in a Ray Data worker
+        vocab = vocab if is_builtin(cfg.model) else None
     config = model_config(cfg.model, vocab)
     limit = max_positions(config)
     if limit and cfg.seq_len > limit:
@@ -156,7 +161,7 @@ def _tokenizer_vocab(name: str) -> int:
     from transformers import AutoTokenizer
 
     try:
-        return len(AutoTokenizer.from_pretrained(name))
+        return len(AutoTokenizer.from_pretrained(local_dir(name)))
     except (OSError, ValueError) as e:
         raise ModelError(f"--tokenizer {name!r}: cannot load it ({str(e).splitlines()[0]})") from None
 
@@ -294,6 +299,11 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
         "nccl_transport": m.get("nccl_transport"),
         "efa_preflight": m.get("efa_preflight"),
         "stopped": m.get("stopped"),  # why the run ended early (a non-finite loss), if it did
+        "export_path": m.get("export_path"),  # the Hugging Face model directory, when exported
+        "mlflow_run_id": m.get("mlflow_run_id"),
+        "mlflow_error": m.get("mlflow_error"),  # why tracking stopped (training went on)
+        "load_s": m.get("load_s"),  # pretrained weights: read on rank 0, broadcast, sharded
+        "load_host_rss_gib": m.get("load_host_rss_gib"),  # peak host RSS per rank after it
         **{f.name: m.get(f.name) for f in dataclasses.fields(Plan)},  # what the defaults chose
         **{k: m.get(k) for k in LINK_FIELDS},  # is the link the bottleneck?
     }

@@ -70,7 +70,9 @@ def _hf_tokenizer(name: str):
     """Loaded once per Ray Data worker process, not once per batch."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(name)
+    from training.loading import local_dir
+
+    return AutoTokenizer.from_pretrained(local_dir(name))  # s3://: its files, copied here
 
 
 def fingerprint(uri: str, tokenizer_name: str, seq_len: int) -> str:

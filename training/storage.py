@@ -31,17 +31,23 @@ class Storage:
         return f"{self.path}/{name}"
 
     def display(self, fs_path: str) -> str:
-        return f"s3://{fs_path}" if isinstance(self.filesystem, pafs.S3FileSystem) else fs_path
+        return display_path(self.filesystem, fs_path)
 
 
-def resolve(uri: str) -> Storage:
+def display_path(fs: pafs.FileSystem, fs_path: str) -> str:
+    """A path on `fs` as a user writes it: s3://bucket/key on S3, the local path otherwise."""
+    return f"s3://{fs_path}" if isinstance(fs, pafs.S3FileSystem) else fs_path
+
+
+def resolve(uri: str, flag: str = "--storage-path") -> Storage:
+    """Where `uri` (the value of `flag`, for messages) lives: a pyarrow filesystem and path."""
     if uri.startswith("s3://"):
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if not endpoint:  # AWS itself: pyarrow finds the bucket's Region
             try:
                 fs, path = pafs.FileSystem.from_uri(uri)
             except (OSError, ArrowException) as e:
-                raise StorageError(f"--storage-path {uri!r}: {str(e).splitlines()[0]}") from None
+                raise StorageError(f"{flag} {uri!r}: {str(e).splitlines()[0]}") from None
             return Storage(uri, path.rstrip("/"), fs)
         parsed, ep = urlparse(uri), urlparse(endpoint)
         kwargs = {"endpoint_override": ep.netloc, "scheme": ep.scheme or "https"}
@@ -53,7 +59,7 @@ def resolve(uri: str) -> Storage:
             kwargs["region"] = region
         return Storage(uri, f"{parsed.netloc}{parsed.path}".rstrip("/"), pafs.S3FileSystem(**kwargs))
     if "://" in uri:
-        raise StorageError(f"--storage-path {uri!r}: only local directories and s3:// are supported")
+        raise StorageError(f"{flag} {uri!r}: only local directories and s3:// are supported")
     return Storage(uri, os.path.abspath(os.path.expanduser(uri)), pafs.LocalFileSystem())
 
 
