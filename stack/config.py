@@ -53,6 +53,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     # optimizer step, in bf16 (bench/NOTES.md: +27% on the sockets proxy, loss within 0.004%).
     "reduceDtype": "bf16",
     "maxFailures": 2,  # a lost worker (node, spot, NCCL timeout) restarts from the last checkpoint
+    "export": True,  # the fine-tuned model, as a Hugging Face directory in the bucket
 }
 # Unless a stack sets its batch (tokensPerStep, microBatchSize or gradAccum), an optimizer step
 # takes this many sequences per GPU (262,144 tokens on 8 GPUs at 2,048): a large global batch
@@ -69,6 +70,8 @@ SET_BY_THE_STACK = {
     "name": "the run name follows clusterName, model, data and sequence length",
     "expect_transport": "set strictEfa; multi-node runs always expect EFA",
     "address": "the job joins its own Ray cluster",
+    "mlflow_tracking_uri": "set the stack key mlflowTrackingUri (the job installs the MLflow "
+                           "client only then)",
 }
 
 
@@ -119,6 +122,7 @@ class StackConfig:
     strict_efa: bool
     force_destroy_bucket: bool
     training: TrainConfig
+    mlflow_tracking_uri: str | None  # http(s):// of a tracking server the pods can reach
     extra_pip: tuple[str, ...]
     job_deadline_seconds: int
 
@@ -184,6 +188,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "strictEfa": (_bool, "strict_efa"),
     "forceDestroyBucket": (_bool, "force_destroy_bucket"),
     "training": (_json, "training"),
+    "mlflowTrackingUri": (_str, "mlflow_tracking_uri"),
     "extraPip": (_json, "extra_pip"),
     "jobDeadlineSeconds": (_int, "job_deadline_seconds"),
 }
@@ -194,7 +199,7 @@ PINNED = {"kubernetesVersion": catalog.KUBERNETES_VERSION, "image": catalog.RAY_
           "gpuNodeSelector": {"role": GPU_LABELS["role"]}}
 # Empty ("" or {}) in Pulumi.yaml: unset.
 OPTIONAL = ("gpuAvailabilityZone", "capacityReservation", "capacityBlock", "adminPrincipalArn",
-            "existingClusterName")
+            "existingClusterName", "mlflowTrackingUri")
 
 
 def as_config_string(value: Any) -> str:
@@ -378,6 +383,9 @@ def validate(cfg: StackConfig) -> list[str]:
                  "(arn:aws:iam::123456789012:role/NAME)")
     if cfg.existing_cluster_name and not _DNS_LABEL.match(cfg.existing_cluster_name.lower()):
         p.append(f"existingClusterName: {cfg.existing_cluster_name!r} is not an EKS cluster name")
+    if cfg.mlflow_tracking_uri:  # the job's own check, under the stack's key
+        p += [f"mlflowTrackingUri: {why.split(' ', 1)[1]}" for why in TrainConfig(
+            mlflow_tracking_uri=cfg.mlflow_tracking_uri).problems()]
     if cfg.job_deadline_seconds < MIN_JOB_DEADLINE_S:
         p.append(f"jobDeadlineSeconds: {cfg.job_deadline_seconds} is below {MIN_JOB_DEADLINE_S}: "
                  f"the deadline counts from the RayJob's start, so it covers node boot and image "

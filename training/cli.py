@@ -26,7 +26,7 @@ from training.flags import add_config_flags
 from training.loading import local_dir
 from training.model import ModelError, is_builtin, max_positions, model_config
 from training.ray_setup import init_ray
-from training.storage import Storage, StorageError, check_writable, resolve
+from training.storage import Storage, StorageError, check_writable, resolve, s3_env
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 SAMPLE_TEXT = Path(__file__).resolve().parent / "sample_data" / "tiny_corpus.jsonl"
@@ -254,6 +254,8 @@ def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool,
                              storage_filesystem=storage.filesystem,
                              failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
+                             # --model s3://...: workers read it as the driver does
+                             worker_runtime_env={"env_vars": s3_env()} if s3_env() else None,
                              logging_config=LoggingConfig(log_level="WARNING")),
     )
     try:

@@ -39,6 +39,17 @@ def display_path(fs: pafs.FileSystem, fs_path: str) -> str:
     return f"s3://{fs_path}" if isinstance(fs, pafs.S3FileSystem) else fs_path
 
 
+# What `resolve` reads from the environment for S3; set on the driver (a local run against an
+# S3-compatible server), the same values reach the train workers (cli._fit). On EKS none is set:
+# every pod has its own Pod Identity credentials.
+S3_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+          "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+def s3_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in S3_ENV if os.environ.get(k)}
+
+
 def resolve(uri: str, flag: str = "--storage-path") -> Storage:
     """Where `uri` (the value of `flag`, for messages) lives: a pyarrow filesystem and path."""
     if uri.startswith("s3://"):
