@@ -76,7 +76,9 @@ def mlflow_server(tmp_path_factory):
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--workers", "1", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
          "--artifacts-destination", str(root / "artifacts")],
-        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        # No job runner (GenAI evaluation jobs: seven huey worker processes otherwise).
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     uri = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while True:
