@@ -61,11 +61,22 @@ def _load_on_rank(model_dir: str) -> dict:
             "inv_freq": lm.model.rotary_emb.inv_freq.clone()}
 
 
+def _on_rank(model_dir: str, export_root: str) -> dict:
+    """Both halves on one gloo group (one spawn costs more than either half)."""
+    return {"load": _load_on_rank(model_dir), "export": _train_and_export(export_root)}
+
+
+@pytest.fixture(scope="module")
+def ranks(pretrained_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("exports")
+    return root, run_ranks(2, _on_rank, str(pretrained_dir), str(root))
+
+
 def test_pretrained_weights_are_read_by_rank0_only_and_shard_to_exactly_from_pretrained(
-        pretrained_dir):
+        pretrained_dir, ranks):
     from transformers import AutoModelForCausalLM
 
-    ranks = run_ranks(2, _load_on_rank, str(pretrained_dir))
+    ranks = [r["load"] for r in ranks[1]]
     ref = AutoModelForCausalLM.from_pretrained(pretrained_dir, dtype=torch.float32)
     expected = ref.state_dict()
     assert [len(r["opened"]) > 0 for r in ranks] == [True, False], [r["opened"] for r in ranks]
@@ -106,19 +117,13 @@ def _train_and_export(root: str) -> dict:
     return {"paths": paths, "logits": logits, "num_params": engine.num_params}
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("exports")
-    return root, run_ranks(2, _train_and_export, str(root))[0]
-
-
 @pytest.mark.parametrize("dtype, bytes_per_param, atol", [("bf16", 2, 0.05), ("fp32", 4, 0.0)])
 def test_export_reloads_with_transformers_and_gives_the_trained_models_logits(
-        exported, dtype, bytes_per_param, atol):
+        ranks, dtype, bytes_per_param, atol):
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    root, first = exported
+    root, first = ranks[0], ranks[1][0]["export"]
     path = root / dtype / export.EXPORT_DIR
     assert first["paths"][dtype] == str(path) and (path / export.MARKER).exists()
     model = AutoModelForCausalLM.from_pretrained(path)  # the dtype config.json names
