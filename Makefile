@@ -2,10 +2,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-$(VENV)/.installed: requirements.txt
+# requirements-dev.txt: the deploy set (requirements.txt, what `pulumi up` installs) plus training and tests.
+$(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
 .PHONY: demo test

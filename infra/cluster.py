@@ -8,25 +8,22 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from infra.access import admin_access_entries, cluster_creator
+from infra.access import admin_access_entries
 from infra.kubeconfig import kubeconfigs
+from infra.lookups import node_group_desired_size
 from infra.network import Network
 from infra.policies import NODE_POLICY_ARNS, assume_role
+from infra.root_volumes import SYSTEM_ROOT, RootVolume, gpu_root
+from infra.user_data import launch_template_user_data
 from stack import catalog
 from stack.config import StackConfig
 from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
 
-# The system node runs the Ray head and the job submitter in the full Ray Train CUDA image (many
-# GiB unpacked): the EKS default of 20 GiB ends in failed pulls or DiskPressure evictions.
-SYSTEM_ROOT_VOLUME_GIB = 100
 # cluster-autoscaler reads extra allocatable resources of a node group at zero nodes from these
 # node-group tags (cloudprovider/aws aws_manager.go, through eks:DescribeNodegroup since 1.28): its
 # instance table knows GPUs but not EFA interfaces.
 NODE_TEMPLATE_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-# `pulumi up` never fights the autoscaler over the GPU group's size (pulumi-eks does the same with
-# its `ignoreScalingChanges`, nodes/nodegroup.ts).
-AUTOSCALED_SIZE = "scalingConfig.desiredSize"
 
 
 class Cluster(pulumi.ComponentResource):
@@ -37,11 +34,13 @@ class Cluster(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:Cluster", name, None, opts)
         self.cfg, self.name = cfg, name
+        # Plain reads, before any resource: who gets access, the GPU group's live size.
+        access_entries = admin_access_entries(cfg)
+        self.gpu_group = f"{cfg.name}-gpu"
+        self.gpu_live_size = node_group_desired_size(cfg.name, self.gpu_group)
         self.system_role, system_policies = self._create_node_role("system")
         self.gpu_role, gpu_policies = self._create_node_role("gpu")
-        # Recorded so that a later `pulumi up` by someone else plans the same access entries.
-        self.creator = cluster_creator()
-        self.eks = self._create_cluster(network, profile)
+        self.eks = self._create_cluster(network, profile, access_entries)
         # The created cluster as AWS reports it: its name (an output, so dependents wait for the
         # cluster) and the EKS-managed cluster security group, which allows all traffic to and
         # from itself (pulumi-eks's own cluster_security_group_id is another group).
@@ -82,7 +81,8 @@ class Cluster(pulumi.ComponentResource):
             f"{self.name}-{kind}-node-{arn.rsplit('/', 1)[1]}", role=role.name, policy_arn=arn,
             opts=self._child()) for arn in NODE_POLICY_ARNS]
 
-    def _create_cluster(self, network: Network, profile: str | None) -> eks.Cluster:
+    def _create_cluster(self, network: Network, profile: str | None,
+                        access_entries: dict[str, eks.AccessEntryArgs]) -> eks.Cluster:
         cfg = self.cfg
         return eks.Cluster(
             f"{self.name}-cluster", name=cfg.name, version=cfg.kubernetes_version, vpc_id=network.vpc.id,
@@ -90,8 +90,7 @@ class Cluster(pulumi.ComponentResource):
             private_subnet_ids=[s.id for s in network.private_subnets],
             node_associate_public_ip_address=False, skip_default_node_group=True,
             authentication_mode=eks.AuthenticationMode.API,
-            access_entries=self.creator.apply(
-                lambda creator: admin_access_entries(cfg.admin_principal_arn, creator)),
+            access_entries=access_entries,
             endpoint_private_access=True, endpoint_public_access=not cfg.api_private_only,
             public_access_cidrs=None if cfg.api_private_only else list(cfg.api_public_cidrs),
             provider_credential_opts={"profile_name": profile} if profile else None,
@@ -105,7 +104,8 @@ class Cluster(pulumi.ComponentResource):
         cfg = self.cfg
         n = cfg.system_node_count
         template = aws.ec2.LaunchTemplate(
-            f"{self.name}-system-lt", **node_launch_template_args(cfg, SYSTEM_ROOT_VOLUME_GIB),
+            f"{self.name}-system-lt",
+            **node_launch_template_args(cfg, SYSTEM_ROOT, cfg.system),
             opts=self._child())
         return aws.eks.NodeGroup(
             f"{self.name}-system", cluster_name=self.cluster_name, node_role_arn=self.system_role.arn,
@@ -130,13 +130,14 @@ class Cluster(pulumi.ComponentResource):
         if not cfg.reserved:  # a reservation made outside the group may not serve launches into it
             placement = aws.ec2.PlacementGroup(f"{self.name}-gpu-pg", strategy="cluster",
                                                tags=dict(cfg.tags), opts=self._child()).name
+        max_size = max(cfg.gpu_node_count, 1)
         template = aws.ec2.LaunchTemplate(
             f"{self.name}-gpu-lt", **gpu_launch_template_args(
                 cfg, placement, self.info.vpc_config.cluster_security_group_id),
             opts=self._child())
         return aws.eks.NodeGroup(
             f"{self.name}-gpu", cluster_name=self.cluster_name, node_role_arn=self.gpu_role.arn,
-            node_group_name=f"{cfg.name}-gpu", version=cfg.kubernetes_version,
+            node_group_name=self.gpu_group, version=cfg.kubernetes_version,
             # A Capacity Block names its instance type in the launch template only (EKS user
             # guide ml/capacity-blocks-mng); the node group must not list it again.
             instance_types=None if cfg.capacity_block else [cfg.gpu_instance_type],
@@ -144,16 +145,29 @@ class Cluster(pulumi.ComponentResource):
             capacity_type="CAPACITY_BLOCK" if cfg.capacity_block else "ON_DEMAND",
             # From zero: the autoscaler adds nodes for pending Ray worker pods. EKS requires
             # max >= 1, so gpuNodeCount 0 keeps a cap of 1 that no pod asks for.
-            scaling_config={"desired_size": 0, "min_size": 0, "max_size": max(cfg.gpu_node_count, 1)},
+            scaling_config={"desired_size": gpu_desired_size(self.gpu_live_size, max_size),
+                            "min_size": 0, "max_size": max_size},
             subnet_ids=[network.gpu_subnet_id], labels=gpu_node_labels(cfg.gpu.accelerator),
             taints=[GPU_TAINT], launch_template=_template_ref(template),
             tags={**cfg.tags, **autoscaler_node_template_tags(cfg)},
-            opts=self._child(depends_on=policies, ignore_changes=[AUTOSCALED_SIZE],
-                             delete_before_replace=True))
+            opts=self._child(depends_on=policies, delete_before_replace=True))
 
 
 def _template_ref(template: aws.ec2.LaunchTemplate) -> dict:
     return {"id": template.id, "version": template.latest_version.apply(str)}
+
+
+def gpu_desired_size(live: int | None, max_size: int) -> int:
+    """The GPU group's desired size to declare: the live one (0 before the group exists),
+    capped by the new maximum (EKS requires desired <= max). cluster-autoscaler owns the size,
+    and any change of the scaling block makes the aws provider send all of it
+    (terraform-provider-aws internal/service/eks/node_group.go, resourceNodeGroupUpdate:
+    UpdateNodegroupConfig with expandNodegroupScalingConfig of the whole block). With
+    `ignoreChanges` on the desired size the provider would send the size in Pulumi's state
+    instead: 0 while a run holds nodes, or a stale 2 after a `pulumi refresh` during a run
+    (refresh stores live inputs; ignoreChanges only hides the diff, pulumi/pulumi#16146). The
+    live size makes a scaling change keep whatever the autoscaler set, in both directions."""
+    return min(live or 0, max_size)
 
 
 def autoscaler_node_template_tags(cfg: StackConfig) -> dict[str, str]:
@@ -161,24 +175,28 @@ def autoscaler_node_template_tags(cfg: StackConfig) -> dict[str, str]:
     return {f"{NODE_TEMPLATE_RESOURCE_TAG}{EFA_RESOURCE}": str(cfg.gpu.efa_interfaces)}
 
 
-def node_launch_template_args(cfg: StackConfig, root_volume_gib: int) -> dict:
+def node_launch_template_args(cfg: StackConfig, root: RootVolume,
+                              facts: catalog.InstanceFacts) -> dict:
     """What every node's launch template sets: IMDSv2 with hop limit 1, so pods cannot reach the
-    node role's credentials (they use Pod Identity, which needs no metadata service), and an
-    encrypted gp3 root volume."""
-    return {
+    node role's credentials (they use Pod Identity, which needs no metadata service), an
+    encrypted gp3 root volume sized for image pulls, and nodeadm's FastImagePull gate where the
+    instance type honours it (infra/root_volumes.py, infra/user_data.py)."""
+    args = {
         "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required",
                              "http_put_response_hop_limit": 1},
-        "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {
-            "volume_size": root_volume_gib, "volume_type": "gp3", "encrypted": "true",
-            "delete_on_termination": "true"}}],
+        "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": root.ebs()}],
         "tag_specifications": [{"resource_type": "instance", "tags": dict(cfg.tags)}],
     }
+    user_data = launch_template_user_data(facts)
+    if user_data is not None:
+        args["user_data"] = user_data
+    return args
 
 
 def gpu_launch_template_args(cfg: StackConfig, placement_group: pulumi.Input[str] | None,
                              security_group_id: pulumi.Input[str]) -> dict:
     """Launch-template inputs for the EFA GPU nodes (pure: tested without Pulumi's engine)."""
-    args = node_launch_template_args(cfg, cfg.root_volume_gib)
+    args = node_launch_template_args(cfg, gpu_root(cfg.root_volume_gib), cfg.gpu)
     args["network_interfaces"] = efa_network_interfaces(cfg.gpu.efa_interfaces, security_group_id)
     if placement_group is not None:
         args["placement"] = {"group_name": placement_group}

@@ -9,6 +9,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.kubeconfig import kubeconfigs
+from infra.lookups import found
 from stack.config import StackConfig
 from stack.kube import GPU_LABELS, GPU_TAINT
 from training.config import InputError
@@ -38,16 +39,8 @@ def lookup(cfg: StackConfig, profile: str | None
 
 
 def _has_addon(cluster: str, addon: str) -> bool:
-    """DescribeAddon answers ResourceNotFoundException for an add-on the cluster lacks, which the
-    aws provider reports as "reading EKS Add-On (cluster:addon): couldn't find resource"
-    (terraform-provider-aws findAddonByTwoPartKey returns a retry.NotFoundError)."""
-    try:
-        aws.eks.get_addon(cluster_name=cluster, addon_name=addon)
-    except Exception as error:  # a failed invoke raises a plain Exception with the provider's text
-        if "couldn't find resource" in str(error) or "ResourceNotFoundException" in str(error):
-            return False
-        raise
-    return True
+    """DescribeAddon answers ResourceNotFoundException for an add-on the cluster lacks."""
+    return found(lambda: aws.eks.get_addon(cluster_name=cluster, addon_name=addon)) is not None
 
 
 def missing(cfg: StackConfig,

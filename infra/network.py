@@ -6,7 +6,9 @@ import pulumi
 import pulumi_aws as aws
 
 from stack.config import StackConfig
-from infra.zones import REGULAR_ZONES_FILTER, choose_zones, subnet_cidrs
+from infra.zones import REGULAR_ZONES_FILTER, choose_zones, keep_zones, subnet_cidrs
+
+ZONE_COUNT = 2  # EKS needs control-plane subnets in two zones; the GPU group uses the first
 
 
 def lookup_zones(cfg: StackConfig) -> list[str]:
@@ -24,34 +26,44 @@ def lookup_zones(cfg: StackConfig) -> list[str]:
 
 
 class Network(pulumi.ComponentResource):
-    """Private subnets hold the nodes; the GPU node group uses only `gpu_subnet_id` (one zone)."""
+    """Private subnets hold the nodes; the GPU node group uses only `gpu_subnet_id` (one zone).
+    `chosen`: this run's zone choice (lookup_zones); the subnets go where the first deployment
+    put them (keep_zones), which a pulumi.Stash holds in the stack's state. A Stash rather than
+    a config value the first run would have to write (a program cannot): the engine's builtin
+    provider sets its output to its input on create, preview included, and keeps the old output
+    on every update and refresh (pkg/resource/deploy/builtins.go, Create/Update/Read of
+    pulumi:index:Stash; pulumi 3.272.0's pulumi/stash.py), so it survives a failed update too.
+    A stack deployed before the Stash existed stores this run's choice on its next update."""
 
-    def __init__(self, name: str, cfg: StackConfig, zones: list[str],
+    def __init__(self, name: str, cfg: StackConfig, chosen: list[str],
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:Network", name, None, opts)
-        self.zones = zones
-        self.gpu_zone = zones[0]
         child = pulumi.ResourceOptions(parent=self)
+        first = pulumi.Stash(f"{name}-zones", input=chosen, opts=child).output
+        self.zones = first.apply(lambda kept: keep_zones(kept, chosen, cfg.gpu_availability_zone))
+        zone = [self.zones.apply(lambda zones, i=i: zones[i]) for i in range(ZONE_COUNT)]
+        self.gpu_zone = zone[0]
         tags = {**cfg.tags, f"kubernetes.io/cluster/{cfg.name}": "shared"}
         self.vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=cfg.vpc_cidr, enable_dns_hostnames=True,
                                enable_dns_support=True, tags={**tags, "Name": cfg.name}, opts=child)
-        cidrs = subnet_cidrs(cfg.vpc_cidr, 2 * len(self.zones))
-        self.public_subnets = [self._subnet(name, "public", i, zone, cidrs[i], tags,
+        cidrs = subnet_cidrs(cfg.vpc_cidr, 2 * ZONE_COUNT)
+        self.public_subnets = [self._subnet(name, "public", i, zone[i], cidrs[i], tags,
                                             {"kubernetes.io/role/elb": "1"})
-                               for i, zone in enumerate(self.zones)]
-        self.private_subnets = [self._subnet(name, "private", i, zone, cidrs[len(self.zones) + i],
+                               for i in range(ZONE_COUNT)]
+        self.private_subnets = [self._subnet(name, "private", i, zone[i], cidrs[ZONE_COUNT + i],
                                              tags, {"kubernetes.io/role/internal-elb": "1"})
-                                for i, zone in enumerate(self.zones)]
+                                for i in range(ZONE_COUNT)]
         self._create_routes(name, cfg.region, tags)
         self.gpu_subnet_id = self.private_subnets[0].id
         self.register_outputs({"vpc_id": self.vpc.id, "gpu_zone": self.gpu_zone})
 
-    def _subnet(self, name: str, kind: str, i: int, zone: str, cidr: str, tags: dict,
-                role_tag: dict) -> aws.ec2.Subnet:
+    def _subnet(self, name: str, kind: str, i: int, zone: pulumi.Output[str], cidr: str,
+                tags: dict, role_tag: dict) -> aws.ec2.Subnet:
         return aws.ec2.Subnet(
             f"{name}-{kind}-{i}", vpc_id=self.vpc.id, availability_zone=zone, cidr_block=cidr,
             map_public_ip_on_launch=kind == "public", tags={**tags, **role_tag,
-                                                             "Name": f"{name}-{kind}-{zone}"},
+                                                             "Name": zone.apply(
+                                                                 lambda z: f"{name}-{kind}-{z}")},
             opts=pulumi.ResourceOptions(parent=self))
 
     def _create_routes(self, name: str, region: str, tags: dict) -> None:

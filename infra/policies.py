@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 # Managed policies worker nodes need and nothing more: join the cluster, pull images, run the VPC
-# CNI. Pods get AWS access through Pod Identity, never through the node role.
+# CNI. Pods get AWS access through Pod Identity, never through the node role. ARNs of the aws
+# partition: the program refuses Regions of any other (infra/lookups.py require_aws_partition).
 NODE_POLICY_ARNS = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
     "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",

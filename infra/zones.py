@@ -64,3 +64,16 @@ def choose_zones(configured: str | None, zone_ids: Mapping[str, str], gpu_offeri
         raise NetworkError(f"systemInstanceType: EKS needs a second zone and none besides {gpu_zone} "
                            f"offers {system_type}; choose another system instance type or Region")
     return [gpu_zone, others[0]]
+
+
+def keep_zones(first: list[str], chosen: list[str], configured: str | None) -> list[str]:
+    """The zones to deploy into, given those of the first deployment (`first`) and this run's
+    choice (`chosen`, from choose_zones). A re-choice would move the subnets whenever AWS adds
+    the GPU type to an earlier zone: a replacement with the same CIDR created before the old one
+    is deleted, which EC2 refuses, and EKS refuses control-plane subnets outside the cluster's
+    original zones. So the first zones stay; only a configured gpuAvailabilityZone that differs
+    from them moves the GPU zone (the second zone stays unless it is the new GPU zone)."""
+    gpu = configured or first[0]
+    if gpu == first[0]:
+        return list(first)
+    return [gpu, first[1] if first[1] != gpu else chosen[1]]

@@ -4,6 +4,7 @@ config; nothing else in the code spells these values."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import date
 
@@ -45,12 +46,12 @@ INSTANCES: dict[str, InstanceFacts] = {
                                 gpu_memory_gib=24, efa_interfaces=0, network_gbps=10),
 }
 
-# On-demand USD per hour, us-east-1 and us-west-2 (same price in both), from the AWS EC2, EKS,
-# VPC (NAT gateway; public IPv4 addresses, in use or not) and EBS pricing pages, read 2026-11.
-# Regions priced differently are estimated with these.
-PRICES_SOURCE = ("AWS on-demand pricing pages (EC2, EKS, VPC NAT gateway and public IPv4, EBS gp3), "
-                 "us-east-1/us-west-2, 2026-11")
-PRICES_USD_PER_HOUR: dict[str, float] = {
+# On-demand USD per hour by Region: only Regions whose prices were read from AWS's pricing pages
+# (EC2, EKS, VPC NAT gateway and public IPv4 addresses in use or not, EBS) are here. A Region
+# that is not gets the ESTIMATE_REGION's prices, and the cost outputs say they are an estimate
+# (infra/cost.py): other Regions' prices may differ, and no price is written here that was not
+# read.
+_US_PRICES: dict[str, float] = {
     "m7i.xlarge": 0.2016,
     "m7i.2xlarge": 0.4032,
     "g6.12xlarge": 4.6016,
@@ -65,8 +66,68 @@ PRICES_USD_PER_HOUR: dict[str, float] = {
     # gp3 storage is 0.08 USD per GB-month, prorated by the second over a 30-day month (the EBS
     # pricing page's example): per GB-hour, 0.08 / 720.
     "gp3-gb": round(0.08 / 720, 8),
+    # gp3 performance above the free baseline (125 MiB/s, 3,000 IOPS): 0.040 USD per provisioned
+    # MiB/s-month and 0.005 USD per provisioned IOPS-month (EBS pricing page), prorated the same way.
+    "gp3-mibps": round(0.04 / 720, 8),
+    "gp3-iops": round(0.005 / 720, 8),
+}
+PRICES_USD_PER_HOUR: dict[str, dict[str, float]] = {
+    "us-east-1": _US_PRICES,  # read 2026-11: the same prices in both Regions
+    "us-west-2": _US_PRICES,
+}
+PRICES_SOURCE = ("AWS on-demand pricing pages (EC2, EKS, VPC NAT gateway and public IPv4, "
+                 "EBS gp3), read 2026-11")
+ESTIMATE_REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class ServiceQuota:
+    """An EC2 On-Demand vCPU quota in Service Quotas (service code `ec2`)."""
+
+    code: str
+    name: str
+
+
+_STANDARD = ServiceQuota("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) "
+                                       "instances")
+# The On-Demand quotas count running vCPUs per instance family, one quota per group of families
+# (EC2 user guide, ec2-on-demand-instances "On-Demand Instance quotas"; the codes as Service Quotas
+# lists them, e.g. `aws service-quotas list-service-quotas --service-code ec2`). Keyed by the
+# letters an instance type starts with ("g6e.12xlarge": "g"); inf, trn, x, hpc... have quotas of
+# their own, not listed here.
+ON_DEMAND_QUOTAS: dict[str, ServiceQuota] = {
+    **{letter: _STANDARD for letter in ("a", "c", "d", "h", "i", "m", "r", "t", "z")},
+    "g": ServiceQuota("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "vt": ServiceQuota("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "p": ServiceQuota("L-417A185B", "Running On-Demand P instances"),
 }
 
+
+def on_demand_quota(instance_type: str) -> ServiceQuota | None:
+    """The quota an instance type's On-Demand vCPUs count against; None for a family not listed."""
+    return ON_DEMAND_QUOTAS.get(re.match(r"[a-z]*", instance_type)[0])
+
+
+# The Amazon EKS add-on image registries, one account per Region (EKS user guide,
+# workloads/add-ons-images "View Amazon container image registries for Amazon EKS add-ons"):
+# EKS replicates the add-on images, the EFA device plugin's among them, to each Region's registry,
+# which the node role's AmazonEC2ContainerRegistryReadOnly policy may pull from.
+EKS_ADDON_REGISTRY_ACCOUNTS: dict[str, str] = {
+    "af-south-1": "877085696533", "ap-east-1": "800184023465", "ap-east-2": "533267051163",
+    "ap-northeast-1": "602401143452", "ap-northeast-2": "602401143452",
+    "ap-northeast-3": "602401143452", "ap-south-1": "602401143452", "ap-south-2": "900889452093",
+    "ap-southeast-1": "602401143452", "ap-southeast-2": "602401143452",
+    "ap-southeast-3": "296578399912", "ap-southeast-4": "491585149902",
+    "ap-southeast-5": "151610086707", "ap-southeast-6": "333609536671",
+    "ap-southeast-7": "121268973566", "ca-central-1": "602401143452",
+    "ca-west-1": "761377655185", "cn-north-1": "918309763551", "cn-northwest-1": "961992271922",
+    "eu-central-1": "602401143452", "eu-central-2": "900612956339", "eu-north-1": "602401143452",
+    "eu-south-1": "590381155156", "eu-south-2": "455263428931", "eu-west-1": "602401143452",
+    "eu-west-2": "602401143452", "eu-west-3": "602401143452", "il-central-1": "066635153087",
+    "me-central-1": "759879836304", "me-south-1": "558608220178", "sa-east-1": "602401143452",
+    "us-east-1": "602401143452", "us-east-2": "602401143452", "us-gov-east-1": "151742754352",
+    "us-gov-west-1": "013241004608", "us-west-1": "602401143452", "us-west-2": "602401143452",
+}
 
 
 @dataclass(frozen=True)
@@ -101,7 +162,7 @@ RAY_VERSION = "2.58.0"  # the Ray inside RAY_IMAGE; RayCluster.spec.rayVersion m
 # The MLflow client the job installs at submission (runtime_env pip) when tracking is on: the
 # image ships none (aws/deep-learning-containers docker/ray-train/uv.lock, the newest lockfile
 # stored, for Ray 2.56 / v1.0, lists no mlflow; v1.1's was not found). The skinny client: the
-# full `mlflow` package also pulls a server, scikit-learn and pandas. requirements.txt pins the
+# full `mlflow` package also pulls a server, scikit-learn and pandas. requirements-dev.txt pins the
 # same version for the tests (tests/workloads/test_manifests.py checks they agree).
 MLFLOW_CLIENT = "mlflow-skinny==3.17.2"
 
@@ -131,7 +192,17 @@ CHARTS: dict[str, Chart] = {
 }
 
 
-def kuberay_crd_urls(version: str) -> list[str]:
-    """The CRDs of the pinned KubeRay release, fetched at deploy time (Helm never upgrades crds/)."""
-    base = f"https://raw.githubusercontent.com/ray-project/kuberay/v{version}/helm-chart/kuberay-operator/crds"
-    return [f"{base}/ray.io_{kind}.yaml" for kind in ("rayclusters", "rayjobs", "rayservices")]
+# The kinds the KubeRay 1.7.0 operator serves: it always starts the RayCluster, RayService and
+# RayJob controllers, and RayCronJob's only behind an alpha feature gate that is off by default
+# and in the chart (ray-operator/main.go, pkg/features/features.go, the chart's values.yaml).
+KUBERAY_CRD_KINDS = ("RayCluster", "RayJob", "RayService")
+# The release's CRD files ({plural} is e.g. rayclusters), as Helm's crds/ directory holds them.
+KUBERAY_CRD_URL = ("https://raw.githubusercontent.com/ray-project/kuberay/v{version}/helm-chart/"
+                   "kuberay-operator/crds/ray.io_{plural}.yaml")
+
+
+def kuberay_crd_urls(version: str) -> dict[str, str]:
+    """Kind -> URL of its CRD in the pinned KubeRay release, applied by the program itself
+    (Helm installs crds/ once and never upgrades them)."""
+    return {kind: KUBERAY_CRD_URL.format(version=version, plural=f"{kind.lower()}s")
+            for kind in KUBERAY_CRD_KINDS}

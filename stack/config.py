@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from stack import catalog
-from stack.kube import (EKS_NAME_MAX, GPU_LABELS, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
+from stack.kube import (EKS_NAME_MAX, GPU_LABELS, JOB_HASH_LEN, NAMESPACE, RAYCLUSTER_NAME_MAX,
                         RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
 from training.config import ConfigError as JobConfigError
 from training.config import InputError, TrainConfig, closest, from_settings
@@ -40,7 +40,7 @@ MIN_JOB_DEADLINE_S = RUN_START_BUDGET_S + 600  # at least 10 minutes of training
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _IMAGE = re.compile(r"^[\w.\-/:]+(:[\w][\w.\-]{0,127}|@sha256:[0-9a-f]{64})$")
-_PRINCIPAL = re.compile(r"^arn:aws[\w-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+_PRINCIPAL = re.compile(r"^arn:aws:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")  # aws partition
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d)[a-z]$")
 _K8S_VERSION = re.compile(r"^1\.\d{2}$")
@@ -114,6 +114,7 @@ class StackConfig:
     api_private_only: bool
     root_volume_gib: int
     existing_cluster_name: str | None
+    existing_kuberay: bool  # the existing cluster runs its own KubeRay operator
     # Where the pods go: this stack's own node groups carry the defaults (stack/kube.py); on an
     # existing cluster, the labels its node groups carry.
     system_node_selector: Mapping[str, str]
@@ -125,6 +126,8 @@ class StackConfig:
     mlflow_tracking_uri: str | None  # http(s):// of a tracking server the pods can reach
     extra_pip: tuple[str, ...]
     job_deadline_seconds: int
+    ecr_pull_through_cache: bool
+    end_on_scale_up_failure: bool
 
     @property
     def gpu(self) -> catalog.InstanceFacts:
@@ -137,6 +140,19 @@ class StackConfig:
     @property
     def num_workers(self) -> int:
         return self.gpu_node_count * self.gpu.gpus
+
+    @property
+    def namespace(self) -> str:
+        """The Ray workloads' namespace (their service account's Pod Identity association names
+        it): `ray` on the stack's own cluster; on an existing one `ray-<clusterName>`, so that it
+        collides neither with what is there nor with another stack on the same cluster."""
+        return f"{NAMESPACE}-{self.name}" if self.existing_cluster_name else NAMESPACE
+
+    @property
+    def caches_images(self) -> bool:
+        """ECR Public images come through this stack's pull-through cache: only on a cluster of
+        its own, whose node roles the stack can allow the cache's first pull."""
+        return self.ecr_pull_through_cache and self.existing_cluster_name is None
 
     @property
     def reserved(self) -> Reservation | None:
@@ -182,6 +198,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "apiPrivateOnly": (_bool, "api_private_only"),
     "rootVolumeGib": (_int, "root_volume_gib"),
     "existingClusterName": (_str, "existing_cluster_name"),
+    "existingKuberay": (_bool, "existing_kuberay"),
     "systemNodeSelector": (_json, "system_node_selector"),
     "gpuNodeSelector": (_json, "gpu_node_selector"),
     "runJob": (_bool, "run_job"),
@@ -191,6 +208,8 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "mlflowTrackingUri": (_str, "mlflow_tracking_uri"),
     "extraPip": (_json, "extra_pip"),
     "jobDeadlineSeconds": (_int, "job_deadline_seconds"),
+    "ecrPullThroughCache": (_bool, "ecr_pull_through_cache"),
+    "endOnScaleUpFailure": (_bool, "end_on_scale_up_failure"),
 }
 SECRET_KEYS = ("hfToken",)  # read by the program as a secret Output, never into StackConfig
 # Empty ("" or {}) in Pulumi.yaml: the pinned value from the catalog, or this stack's own labels.
@@ -307,6 +326,10 @@ def validate(cfg: StackConfig) -> list[str]:
     p: list[str] = []
     if not cfg.region:
         p.append("aws:region: not set; run `pulumi config set aws:region us-west-2`")
+    elif cfg.region not in catalog.EKS_ADDON_REGISTRY_ACCOUNTS:
+        p.append(f"aws:region: {cfg.region} has no Amazon EKS add-on registry in stack/catalog.py "
+                 "EKS_ADDON_REGISTRY_ACCOUNTS (the EFA device plugin's image comes from it); add "
+                 "the Region's account from the EKS user guide's add-ons-images page")
     if not _DNS_LABEL.match(cfg.name):
         p.append(f"clusterName: {cfg.name!r} must be lowercase letters, digits and '-', starting "
                  "with a letter (it names Kubernetes objects)")
@@ -386,6 +409,9 @@ def validate(cfg: StackConfig) -> list[str]:
     if cfg.mlflow_tracking_uri:  # the job's own check, under the stack's key
         p += [f"mlflowTrackingUri: {why.split(' ', 1)[1]}" for why in TrainConfig(
             mlflow_tracking_uri=cfg.mlflow_tracking_uri).problems()]
+    if cfg.existing_kuberay and not cfg.existing_cluster_name:
+        p.append("existingKuberay: only with existingClusterName; this stack's own cluster gets "
+                 "the pinned KubeRay operator: remove existingKuberay")
     if cfg.job_deadline_seconds < MIN_JOB_DEADLINE_S:
         p.append(f"jobDeadlineSeconds: {cfg.job_deadline_seconds} is below {MIN_JOB_DEADLINE_S}: "
                  f"the deadline counts from the RayJob's start, so it covers node boot and image "

@@ -9,7 +9,7 @@ import re
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from stack.config import StackConfig, parse
+from stack.config import ConfigError, StackConfig, parse
 from stack.kube import JOB_HASH_LEN, RAYJOB_NAME_MAX
 
 
@@ -38,5 +38,14 @@ def load() -> StackConfig:
 
 
 def hf_token() -> pulumi.Output[str] | None:
-    """The hub token as a secret Output, or None when the stack sets none (its default is "")."""
-    return pulumi.Config().get_secret("hfToken") if raw_project_config().get("hfToken") else None
+    """The hub token as a secret Output, or None when the stack sets none (its default is "").
+    A plaintext token is refused: it would sit in the clear in the stack's config. Pulumi.yaml
+    cannot mark the key `secret: true`: the CLI merges its default "" as a plaintext value and
+    then refuses that on every stack without a token of its own (pulumi/pulumi
+    pkg/workspace/config.go, mergeConfig and validateStackConfigValue)."""
+    if not raw_project_config().get("hfToken"):
+        return None
+    if not runtime_config.is_config_secret(f"{pulumi.get_project()}:hfToken"):
+        raise ConfigError([f"hfToken: stored in plaintext (Pulumi.{pulumi.get_stack()}.yaml or its "
+                           "environment); encrypt it: pulumi config set --secret hfToken hf_..."])
+    return pulumi.Config().get_secret("hfToken")

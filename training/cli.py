@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from training import quiet
+from training import cold_start, quiet, scaleup
 from training.config import LOCAL_DEFAULTS, RUN_STARTED_ENV, ConfigError, TrainConfig
 from training.data import BYTES, BYTES_VOCAB, RANDOM_MODES, DataError, TokenCache
 from training.flags import add_config_flags
@@ -93,6 +93,10 @@ def run(cfg: TrainConfig) -> dict:
     try:
         use_gpu = cfg.use_gpu if cfg.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
         _check_capacity(cfg, use_gpu, ray.cluster_resources, CAPACITY_WAIT_S if cfg.address else 0.0)
+        joined = time.time()
+        observed = cold_start.observe_here()  # Kubernetes' side of the start, while it is fresh
+        cold_start.summarize(observed, {"job_started": job_started, "workers_joined": joined},
+                             title="cold start until the workers joined")  # the rest at the end
         run_started = _run_started_at(job_started)
         # From the run's start (node boot and image pull included) until every worker is there.
         clock = {"run_started_at": run_started, "waited_for_workers_s": time.time() - run_started}
@@ -102,6 +106,8 @@ def run(cfg: TrainConfig) -> dict:
         if started_here:
             ray.shutdown()
     summary = _summary(result, storage, cfg)
+    summary["cold_start"] = cold_start.summarize(observed, {
+        "job_started": job_started, "workers_joined": joined, **(summary["cold_start"] or {})})
     if summary["stopped"]:
         raise JobError(summary["stopped"])
     return summary
@@ -221,8 +227,10 @@ def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dic
             raise JobError(f"{problem} after {waited:.0f} s of waiting; see why the workers did "
                            "not join (kubectl -n ray get pods; kubectl -n ray describe pod on a "
                            "Pending one), or lower --num-workers")
+        why = scaleup.cause_here()  # on EKS: why cluster-autoscaler brings no node
         print(f"waiting for workers: {have} of {cfg.num_workers} {kind}s in the Ray cluster "
-              f"({waited:.0f} s, at most {wait_s:.0f} s)", flush=True)
+              f"({waited:.0f} s, at most {wait_s:.0f} s)" + (f"; {why.line()}" if why else ""),
+              flush=True)
         time.sleep(poll_s)
     return time.monotonic() - start
 
@@ -295,6 +303,7 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
         "resumed_from_step": m.get("resumed_from_step"),
         "waited_for_workers_s": m.get("waited_for_workers_s"),
         "time_to_first_step_s": m.get("time_to_first_step_s"),
+        "cold_start": m.get("cold_start_marks"),  # the loop's milestones; run() makes the phases
         "checkpoint": storage.display(ckpt.path) if ckpt else None,
         "checkpoint_gib": _size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         "run_dir": storage.display(run_dir),

@@ -32,10 +32,12 @@ from training.schedule import Schedule, resume_schedule
 def train_func(loop_config: dict) -> None:
     cfg = TrainConfig(**loop_config["train"])
     rank, world, _, device = worker_context()
+    marks = {"train_started": time.time()}  # wall clock: the cold-start timeline's milestones
 
     log_path = transport.capture_nccl_log(rank)
     preflight = _preflight(cfg)
     link = transport.check_transport(log_path, device, cfg.expect_transport, cfg.on_fallback)
+    marks["nccl_ready"] = time.time()
     if rank == 0 and link.message:
         print(f"WARNING: {link.message}", flush=True)
 
@@ -54,9 +56,10 @@ def train_func(loop_config: dict) -> None:
 
     batch_at = _batches(cfg, rank, world, loop_config.get("vocab_size") or
                         engine.model.lm.config.vocab_size, tokens)
+    marks["model_ready"] = time.time()
     info = {"world_size": world, "resumed_from_step": saved.step if saved else None,
             "nccl_transport": link.verdict, "nccl_nodes": link.nodes, "efa_preflight": preflight,
-            "num_params": engine.num_params,
+            "num_params": engine.num_params, "cold_start_marks": marks,
             "waited_for_workers_s": loop_config.get("waited_for_workers_s"),
             "time_to_first_step_s": None, **dataclasses.asdict(engine.plan), **engine.load,
             **bandwidth.probe(engine.mesh, device)}
@@ -232,6 +235,8 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
             loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
             if step == first_step and run_started_at is not None:  # wall clock: the run began
                 info["time_to_first_step_s"] = time.time() - run_started_at  # on another node
+            if step == first_step:
+                info["cold_start_marks"]["first_step"] = time.time()
             step_time = clock.lap(untimed=untimed)
             tps = clock.tokens_per_step / step_time
             if state.first_loss is None:

@@ -1,12 +1,15 @@
-"""Cluster add-ons: KubeRay (with its CRDs from the pinned release), NVIDIA and EFA device plugins,
-and cluster-autoscaler for the GPU nodes of a cluster this stack owns."""
+"""Cluster add-ons: KubeRay (with its CRDs from the pinned release) unless the cluster runs its
+own, NVIDIA and EFA device plugins, and cluster-autoscaler for the GPU nodes of a cluster this
+stack owns."""
 
 from __future__ import annotations
+
+from typing import Mapping
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stack.catalog import CHARTS, kuberay_crd_urls
+from stack.catalog import CHARTS
 from workloads import helm_values
 
 
@@ -16,28 +19,34 @@ class Addons(pulumi.ComponentResource):
     it goes first, while nodes still run its finalizers."""
 
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
-                 system_node_selector: dict[str, str], autoscaler_values: dict | None = None,
+                 system_node_selector: dict[str, str], region: str,
+                 kuberay_crds: Mapping[str, str] | None, autoscaler_values: dict | None = None,
                  crd_provider: k8s.Provider | None = None,
                  opts: pulumi.ResourceOptions | None = None):
-        """`crd_provider`: one that adopts existing objects, for a cluster that may already have
-        KubeRay's CRDs; `autoscaler_values`: install cluster-autoscaler (own cluster only)."""
+        """`kuberay_crds`: kind -> CRD text of the pinned release, applied with the operator;
+        None when the cluster runs its own KubeRay (no second operator, its CRDs untouched).
+        `crd_provider`: a shared cluster's, which adopts CRDs that are already there; they are
+        then left in place on destroy. `autoscaler_values`: install cluster-autoscaler (own
+        cluster only)."""
         super().__init__("eksraytrain:workloads:Addons", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
-        kuberay = CHARTS["kuberay-operator"]
-        # Helm installs crds/ once and never upgrades them; applying the pinned release's CRDs
-        # ourselves (server-side: they exceed the 256 KiB last-applied annotation) upgrades them
-        # with the pinned version.
-        crd_opts = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
-            provider=crd_provider or provider))
-        self.crds = [k8s.yaml.v2.ConfigFile(f"{name}-crd-{url.rsplit('/', 1)[1]}", file=url,
-                                            opts=crd_opts) for url in kuberay_crd_urls(kuberay.version)]
-        self.kuberay = self._release(name, "kuberay-operator",
-                                     helm_values.kuberay_operator(system_node_selector),
-                                     pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
-                                         depends_on=[*depends_on, *self.crds])), skip_crds=True)
+        self.kuberay: k8s.helm.v3.Release | None = None
+        if kuberay_crds is not None:
+            # Helm installs crds/ once and never upgrades them; applying the pinned release's
+            # CRDs ourselves (server-side: they exceed the 256 KiB last-applied annotation)
+            # upgrades them with the pinned version. On a shared cluster other stacks' RayJobs
+            # live in them: destroying this stack must not delete them.
+            crd_opts = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
+                provider=crd_provider or provider, retain_on_delete=crd_provider is not None))
+            crds = [k8s.yaml.v2.ConfigGroup(f"{name}-crd-{kind.lower()}", yaml=text, opts=crd_opts)
+                    for kind, text in kuberay_crds.items()]
+            self.kuberay = self._release(name, "kuberay-operator",
+                                         helm_values.kuberay_operator(system_node_selector),
+                                         pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
+                                             depends_on=[*depends_on, *crds])), skip_crds=True)
         self.nvidia = self._release(name, "nvidia-device-plugin", helm_values.nvidia_device_plugin(),
                                     base, skip_await=True)
-        self.efa = self._release(name, "aws-efa-k8s-device-plugin", helm_values.efa_device_plugin(),
+        self.efa = self._release(name, "aws-efa-k8s-device-plugin", helm_values.efa_device_plugin(region),
                                  base, skip_await=True)
         if autoscaler_values is not None:
             self._release(name, "cluster-autoscaler", autoscaler_values, base)

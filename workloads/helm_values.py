@@ -5,6 +5,7 @@ from __future__ import annotations
 import pulumi
 
 from stack.catalog import CLUSTER_AUTOSCALER_IMAGE
+from stack.images import efa_plugin_repository
 from stack.kube import AUTOSCALER_SERVICE_ACCOUNT, GPU_LABELS, GPU_TOLERATION, SYSTEM_LABELS
 
 # Idle GPU nodes go this long after the per-run Ray cluster does (the chart's defaults are 10m).
@@ -25,13 +26,15 @@ def nvidia_device_plugin() -> dict:
             "tolerations": [GPU_TOLERATION]}
 
 
-def efa_device_plugin() -> dict:
+def efa_device_plugin(region: str) -> dict:
     """On EFA nodes, tolerating the GPU taint: the chart's DaemonSet tolerates only
     CriticalAddonsOnly plus `tolerations` (empty by default; aws/eks-charts
-    stable/aws-efa-k8s-device-plugin templates/daemonset.yaml)."""
+    stable/aws-efa-k8s-device-plugin templates/daemonset.yaml). Its image from the stack's own
+    Region's EKS registry (the chart's values.yaml names us-west-2's); the tag stays the chart's."""
     return {"nodeSelector": {"vpc.amazonaws.com/efa.present":
                              GPU_LABELS["vpc.amazonaws.com/efa.present"]},
-            "tolerations": [GPU_TOLERATION]}
+            "tolerations": [GPU_TOLERATION],
+            "image": {"repository": efa_plugin_repository(region)}}
 
 
 def cluster_autoscaler(cluster_name: pulumi.Input[str], region: str, image_tag: str) -> dict:

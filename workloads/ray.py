@@ -1,15 +1,31 @@
-"""The Ray workloads: namespace, service account, hub-token secret, code ConfigMap and the RayJob
-(which brings its own Ray cluster). Manifests come from the pure builders beside this module."""
+"""The Ray workloads: namespace, service account and what its Ray head may read, hub-token
+secret, code ConfigMap and the RayJob (which brings its own Ray cluster). Manifests come from the
+pure builders beside this module."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from stack.config import StackConfig
+from stack.images import through_cache
 from workloads.code_bundle import CodeBundle
-from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, NAMESPACE, SERVICE_ACCOUNT
+from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, SERVICE_ACCOUNT
 from workloads.rayjob import build_rayjob, head_service
+from workloads.rbac import head_rbac
+
+
+def _rbac(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    """A Role, ClusterRole or binding from workloads/rbac.py."""
+    kind, meta = manifest["kind"], manifest["metadata"]
+    if kind in ("Role", "ClusterRole"):
+        cls = k8s.rbac.v1.Role if kind == "Role" else k8s.rbac.v1.ClusterRole
+        return cls(name, metadata=meta, rules=manifest["rules"], opts=opts)
+    cls = k8s.rbac.v1.RoleBinding if kind == "RoleBinding" else k8s.rbac.v1.ClusterRoleBinding
+    return cls(name, metadata=meta, role_ref=manifest["roleRef"], subjects=manifest["subjects"],
+               opts=opts)
 
 
 def _custom_resource(name: str, kind: str, manifest: pulumi.Input[dict],
@@ -27,34 +43,49 @@ class RayWorkloads(pulumi.ComponentResource):
 
     def __init__(self, name: str, cfg: StackConfig, bundle: CodeBundle,
                  storage_uri: pulumi.Input[str], hf_token: pulumi.Input[str] | None,
-                 provider: k8s.Provider, operator: pulumi.Resource,
+                 provider: k8s.Provider, operator: pulumi.Resource | None,
+                 pod_identity: pulumi.Resource, image_cache: pulumi.Input[str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
+        """`operator`: this stack's KubeRay operator (None: the cluster's own); `pod_identity`:
+        the association that gives the service account its S3 access; `image_cache`: the
+        pull-through cache repository for ECR Public images (stack.images), None to pull them
+        from ECR Public."""
         super().__init__("eksraytrain:workloads:RayWorkloads", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider)
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": NAMESPACE}, opts=base)
+        namespace = cfg.namespace
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": namespace}, opts=base)
         in_ns = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=[ns]))
         k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": SERVICE_ACCOUNT,
-                                                           "namespace": NAMESPACE}, opts=in_ns)
+                                                           "namespace": namespace}, opts=in_ns)
         if hf_token is not None:
             k8s.core.v1.Secret(f"{name}-hf-token", metadata={"name": HF_TOKEN_SECRET,
-                                                             "namespace": NAMESPACE},
+                                                             "namespace": namespace},
                                string_data={"token": hf_token}, opts=in_ns)
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": CODE_CONFIGMAP,
-                                                               "namespace": NAMESPACE},
+                                                               "namespace": namespace},
                                      data=bundle.data, opts=in_ns)
         self.rayjob_name: pulumi.Output[str] | None = None
         self.head_service: pulumi.Output[str] | None = None
         if cfg.run_job and cfg.gpu_node_count > 0:  # a run of zero GPU nodes never starts
-            manifest = pulumi.Output.from_input(storage_uri).apply(
-                lambda uri: build_rayjob(cfg, bundle, uri))
+            manifest = pulumi.Output.all(storage_uri, image_cache).apply(
+                lambda a: build_rayjob(dataclasses.replace(
+                    cfg, image=through_cache(cfg.image, a[1])), bundle, a[0]))
             self.rayjob_name = manifest.apply(lambda m: m["metadata"]["name"])
             self.head_service = self.rayjob_name.apply(head_service)
+            roles = [_rbac(f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m, in_ns)
+                     for m in head_rbac(namespace, self.rayjob_name,
+                                         cfg.end_on_scale_up_failure)]
             # KubeRay ignores spec changes of a RayJob ("Disregard changes in RayClusterSpec",
             # rayjob_controller.go), so any change is a new job, and the old one is deleted
             # first: its Ray cluster, and so its GPU nodes, go before the new job asks for them.
+            # Its pods get S3 credentials only from an association that exists when they are
+            # created, so the RayJob itself depends on it: a component's depends_on would not
+            # reach it (pulumi/pulumi source_eval.go inheritFromParent copies only DeletedWith,
+            # Protect, RetainOnDelete and Provider from a parent).
             _custom_resource(
                 f"{name}-rayjob", "RayJob", manifest,
                 opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
-                    depends_on=[ns, operator, code], replace_on_changes=["metadata.name", "spec"],
-                    delete_before_replace=True)))
+                    # The head reads the API from its start (cold start, scale-up watch).
+                    depends_on=[ns, code, pod_identity, *roles, *([operator] if operator else [])],
+                    replace_on_changes=["metadata.name", "spec"], delete_before_replace=True)))
         self.register_outputs({})

@@ -20,11 +20,12 @@ import yaml
 
 from stack.catalog import MLFLOW_CLIENT
 from stack.config import StackConfig
-from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, NAMESPACE, RUN_START_BUDGET_S
+from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGET_S
 from training.config import TrainConfig
 from training.flags import render
 from workloads.code_bundle import CodeBundle
 from workloads.raycluster import build_cluster_spec
+from workloads.scaleup_watch import with_cold_start
 
 # After the job ends (RJC handleShutdownAfterJobFinishes: status.endTime + this), the cluster is
 # deleted; until then its dashboard and Ray logs can still be read. The submitter Job, with the
@@ -81,7 +82,7 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": cfg.namespace},
         "spec": {
             "entrypoint": shlex.join(entrypoint_args(cfg, storage_uri)),
             # A cluster of its own (no clusterSelector): created with the job, submitted to once
@@ -89,7 +90,8 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
             # end the run and free the GPUs; with clusterSelector they only mark the RayJob
             # Failed while the Ray job keeps running (RJC skips deletion for clusterSelector).
             # No deletionStrategy: VAL rejects its deletionRules beside shutdownAfterJobFinishes.
-            "rayClusterSpec": build_cluster_spec(cfg),
+            # The head also reports the cold start and ends a run whose GPU nodes cannot come.
+            "rayClusterSpec": with_cold_start(build_cluster_spec(cfg), cfg, bundle, name),
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": LOGS_GRACE_S,
             "activeDeadlineSeconds": cfg.job_deadline_seconds,

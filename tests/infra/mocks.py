@@ -1,4 +1,9 @@
-"""Run the Pulumi program under mocks and record every resource and invoke it asks for."""
+"""Run the Pulumi program under mocks and record every resource and invoke it asks for.
+
+The mocks answer as the engine and AWS would, across runs: a run may start from the state a
+previous run left (`RecordingMocks(..., prior=previous)`): stack outputs, `pulumi.Stash` values,
+the clusters, access entries and node groups that exist. `preview=True` runs it as
+`pulumi preview` does: nothing is created, computed outputs stay unknown."""
 
 from __future__ import annotations
 
@@ -6,10 +11,17 @@ import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 from unittest import mock
 
+import grpc
 import pulumi
+from google.protobuf import json_format
+from pulumi.runtime.proto import resource_pb2
 
+from infra.access import principal_key
+from stack import catalog
+from tests.infra import plain_inputs, release_server
 from tests.stack.stacks import PROJECT, raw_config, stack_name
 
 # What DescribeAvailabilityZones returns for an account, sorted by name as AWS sorts it: an
@@ -27,9 +39,36 @@ ZONE_DATA = {
                   ("us-east-1d", "use1-az2", "opt-in-not-required"),
                   ("us-east-1f", "use1-az5", "opt-in-not-required")],
 }
+# Service Quotas' EC2 On-Demand vCPU quotas (name, applied value) of the mock account: enough for
+# every stack the tests deploy (up to 64 GPU nodes of 48 vCPUs), update surge included.
+SERVICE_QUOTAS = {
+    "L-1216C47A": ("Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances", 640.0),
+    "L-DB2E81BA": ("Running On-Demand G and VT instances", 3072.0),
+    "L-417A185B": ("Running On-Demand P instances", 3072.0),
+}
+# Their usage metric's Class dimension (AWS/Usage ResourceCount).
+USAGE_CLASS = {"L-1216C47A": "Standard/OnDemand", "L-DB2E81BA": "G/OnDemand",
+               "L-417A185B": "P/OnDemand"}
 # Regular zones only (what most tests reason about).
 ZONES = {region: [name for name, _, opt_in in zones if opt_in == "opt-in-not-required"]
          for region, zones in ZONE_DATA.items()}
+
+
+class ProviderInvokeError(grpc.RpcError):
+    """A provider's failed invoke as the engine answers it: a gRPC error whose details carry the
+    provider's message (pulumi/pulumi source_eval.go Invoke: "invocation of <tok> returned an
+    error: ..."); the SDK raises it in the program as a plain, catchable Exception
+    (pulumi/runtime/invoke.py, grpc_error_to_exception)."""
+
+    def __init__(self, details: str):
+        super().__init__(details)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self) -> str:
+        return self._details
 
 
 @dataclass
@@ -40,13 +79,39 @@ class Recorded:
 
 
 class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
-    """Also records each resource's declared dependencies (by name), for ordering checks."""
+    """Also records each resource's declared dependencies (by name), for ordering checks. Like
+    the engine it supports output values, so a remote component's inputs arrive with their
+    Outputs as output values, and an Output in a plain input is refused (plain_inputs.py)."""
 
     def __init__(self, mocks: "RecordingMocks"):
         super().__init__(mocks)
         self.recorder = mocks
 
+    def SupportsFeature(self, request):
+        return type("SupportsFeatureResponse", (object,), {"hasSupport": True})
+
+    def GetDeploymentInfo(self, request):
+        info = super().GetDeploymentInfo(request)
+        info.supportedFeatures.extend([resource_pb2.RESOURCE_MONITOR_FEATURE_OUTPUT_VALUES,
+                                       resource_pb2.RESOURCE_MONITOR_FEATURE_INVOKE_DEPENDS_ON])
+        return info
+
+    def Invoke(self, request):
+        """The engine declines an invoke whose dependencies are pending creation, as they all
+        are in a preview of resources the stack does not hold yet: the result is unknown."""
+        if self.recorder.preview and set(request.dependsOn) - self.recorder.urns:
+            return resource_pb2.ResourceInvokeResponse(unknown=True)
+        return super().Invoke(request)
+
     def RegisterResource(self, request):
+        if request.remote:
+            plain_inputs.check(request.type, request.name,
+                               json_format.MessageToDict(request.object))
+            resolved = resource_pb2.RegisterResourceRequest()
+            resolved.CopyFrom(request)
+            for value in resolved.object.fields.values():
+                plain_inputs.resolve_output_values(value)
+            request = resolved
         self.recorder.depends[request.name] = {u.rsplit("::", 1)[1] for u in request.dependencies}
         self.recorder.parents[request.name] = request.parent.rsplit("::", 1)[1] if request.parent else None
         self.recorder.ignore_changes[request.name] = list(request.ignoreChanges)
@@ -56,23 +121,26 @@ class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
             "retainOnDelete": request.retainOnDelete,
             "deleteBeforeReplace": request.deleteBeforeReplace,
             "replaceOnChanges": list(request.replaceOnChanges)}
-        return super().RegisterResource(request)
+        response = super().RegisterResource(request)
+        if not self.recorder.preview:
+            self.recorder.urns.add(response.urn)
+        return response
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
     """Outputs echo the inputs plus what the program reads back; invokes answer in camelCase,
     as the real providers do. `offering` sets which zones offer the GPU instance type (every zone,
-    Local Zones included, offers the others)."""
+    Local Zones included, offers the others). `prior`: the mocks of the previous run, whose
+    state (the engine's and AWS's) this run starts from."""
 
     def __init__(self, region: str, offering: list[str] | None = None,
                  deployer: str = "arn:aws:sts::123456789012:assumed-role/deployer/alice",
-                 role_path: str = "/"):
+                 role_path: str = "/", preview: bool = False,
+                 prior: "RecordingMocks | None" = None):
         self.region = region
         self.deployer = deployer  # the caller identity: an assumed-role session by default
         self.role_path = role_path  # the deployer role's IAM path, e.g. an SSO role's
-        # This stack's outputs from its previous update, as a StackReference to it reads them
-        # ({} on the first update of a new stack).
-        self.previous_outputs: dict = {}
+        self.preview = preview  # `pulumi preview`: nothing is created, computed outputs unknown
         self.offering = ZONES[region][1:] if offering is None else offering
         self.gpu_types = {"g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "p5.48xlarge"}
         self.resources: list[Recorded] = []
@@ -91,8 +159,23 @@ class RecordingMocks(pulumi.runtime.Mocks):
                     "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]},
         }
         self.existing_addons = {"eks-pod-identity-agent", "coredns", "vpc-cni"}
+        # Service Quotas: quota code -> (name, value); `quota_denied` answers AccessDenied.
+        self.quotas = dict(SERVICE_QUOTAS)
+        self.quota_denied = False
         self.options: dict[str, dict] = {}
         self.providers: dict[str, set[str]] = {}  # resource -> names of its explicit providers
+        # State a run leaves for the next one. The engine: this stack's outputs (what a
+        # StackReference to it reads; {} on the first update) and each Stash's kept value. AWS:
+        # clusters (name -> access entries, principal ARN -> tags), the principals of the
+        # entries the stack itself declared, and node groups' scaling ((cluster, group) -> dict).
+        self.urns: set[str] = set(prior.urns) if prior else set()  # resources in the state
+        self.previous_outputs: dict = dict(prior.exports) if prior and not prior.preview else {}
+        self.stashes: dict[str, object] = dict(prior.stashes) if prior else {}
+        self.clusters: dict[str, dict[str, dict]] = (
+            {c: dict(e) for c, e in prior.clusters.items()} if prior else {"shared-gpu": {}})
+        self.own_entries: dict[str, set[str]] = dict(prior.own_entries) if prior else {}
+        self.scaling: dict[tuple[str, str], dict] = (
+            {k: dict(v) for k, v in prior.scaling.items()} if prior else {})
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append(Recorded(args.typ, args.name, dict(args.inputs)))
@@ -100,18 +183,73 @@ class RecordingMocks(pulumi.runtime.Mocks):
         # rehydrate those resources, which mocks cannot serve).
         outputs = {k: v for k, v in args.inputs.items() if not _has_resource(v)}
         if args.typ.startswith("aws:"):
-            outputs.setdefault("name", args.name)  # auto-naming
+            outputs.setdefault("name", args.name)  # auto-naming (Check: known in a preview too)
         if args.typ == "pulumi:pulumi:StackReference":
-            outputs.update(outputs=self.previous_outputs, secretOutputNames=[])
+            outputs.update(self._stack_reference(args.inputs["name"]))
+        if args.typ == "pulumi:index:Stash":
+            # The engine's builtin provider (pkg/resource/deploy/builtins.go): Create, preview
+            # or not, sets output = input; Update keeps the old output. Read keeps the state.
+            outputs["output"] = self.stashes.get(args.name, args.inputs.get("input"))
+            if not self.preview:
+                self.stashes[args.name] = outputs["output"]
+            return f"{args.name}-id", outputs
+        if self.preview:  # a create in a preview: the provider computes nothing yet
+            return None, outputs
         if args.typ == "eks:index:Cluster":
+            self._create_cluster(args.inputs.get("name") or args.name, args.inputs)
             outputs["kubeconfigJson"] = json.dumps({"apiVersion": "v1", "kind": "Config"})
+        if args.typ == "aws:eks/nodeGroup:NodeGroup":
+            key = (args.inputs["clusterName"], args.inputs["nodeGroupName"])
+            self.scaling[key] = dict(args.inputs["scalingConfig"])
         if args.typ == "aws:s3/bucket:Bucket":
             outputs.update(bucket=f"{args.name}-bucket", arn=f"arn:aws:s3:::{args.name}-bucket")
         if args.typ == "aws:iam/role:Role":
             outputs["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
         if args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs["latestVersion"] = 1
+        if args.typ == "aws:ecr/pullThroughCacheRule:PullThroughCacheRule":
+            outputs["registryId"] = self.deployer.split(":")[4]  # the caller's account
         return f"{args.name}-id", outputs
+
+    def _stack_reference(self, name: str) -> dict:
+        """The builtin provider's answer (readStackReference): the named stack's outputs, {}
+        for this stack on its first update; an unknown stack is an error."""
+        own = f"organization/{PROJECT}/{pulumi.get_stack()}"
+        if name != own:
+            raise ValueError(f"mock engine: no stack named '{name}' found")
+        return {"outputs": self.previous_outputs, "secretOutputNames": []}
+
+    def _create_cluster(self, name: str, inputs: dict) -> None:
+        """What pulumi-eks does in AWS (the component is opaque under mocks): the cluster, on
+        its first update, with the creator's access entry (bootstrapClusterCreatorAdminPermissions,
+        cluster.ts; no tags), then one AccessEntry per `accessEntries` item, deleting the
+        stack's own entries it no longer declares. EKS refuses a second entry for a principal
+        that has one: 409 ResourceInUseException."""
+        if name not in self.clusters:
+            creator = _session_context(self.deployer, self.role_path)["issuerArn"]
+            self.clusters[name] = {creator: {}}
+        entries, own = self.clusters[name], self.own_entries.get(name, set())
+        wanted = {e["principalArn"]: e.get("tags") or {}
+                  for e in (inputs.get("accessEntries") or {}).values()}
+        for arn in own - set(wanted):
+            del entries[arn]
+        for arn, tags in wanted.items():
+            taken = [a for a in entries if a not in own and principal_key(a) == principal_key(arn)]
+            if taken:
+                raise ValueError(f"creating EKS Access Entry ({name}:{arn}): "
+                                 "ResourceInUseException: The specified access entry resource "
+                                 f"is already in use on this cluster (entry of {taken[0]})")
+            entries[arn] = tags
+        self.own_entries[name] = set(wanted)
+
+    def _iam_principal(self, token: str, name: str) -> dict:
+        """iam:GetRole / iam:GetUser: the deployer's own role or user carries its path, any other
+        principal of the account is at the root path."""
+        kind = "role" if token.endswith("getRole") else "user"
+        own = _session_context(self.deployer, self.role_path)["issuerArn"]
+        arn = own if own.rsplit("/", 1)[1] == name and f":{kind}/" in own \
+            else f"arn:aws:iam::{self.deployer.split(':')[4]}:{kind}/{name}"
+        return {"arn": arn, "name": name, "userName": name, "id": name, "path": "/"}
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.calls.append((args.token, dict(args.args)))
@@ -130,32 +268,82 @@ class RecordingMocks(pulumi.runtime.Mocks):
             account = self.deployer.split(":")[4]
             return {"arn": self.deployer, "accountId": account, "userId": "AROAEXAMPLE:alice",
                     "id": account}
+        if args.token == "aws:index/getPartition:getPartition":  # of the provider's Region
+            partition = _partition(pulumi.Config("aws").require("region"))
+            return {"partition": partition, "id": partition,
+                    "dnsSuffix": "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com",
+                    "reverseDnsPrefix": "cn.com.amazonaws" if partition == "aws-cn"
+                    else "com.amazonaws"}
+        if args.token in ("aws:iam/getRole:getRole", "aws:iam/getUser:getUser"):
+            return self._iam_principal(args.token, args.args.get("name") or args.args["userName"])
         if args.token == "aws:iam/getSessionContext:getSessionContext":
             return _session_context(args.args["arn"], self.role_path)
         if args.token == "aws:eks/getNodeGroups:getNodeGroups":
             return {"clusterName": args.args["clusterName"], "id": args.args["clusterName"],
                     "names": sorted(self.existing_node_groups)}
         if args.token == "aws:eks/getNodeGroup:getNodeGroup":
-            group = self.existing_node_groups[args.args["nodeGroupName"]]
-            return {"clusterName": args.args["clusterName"], "id": args.args["nodeGroupName"],
-                    "nodeGroupName": args.args["nodeGroupName"], **group}
+            cluster, group = args.args["clusterName"], args.args["nodeGroupName"]
+            found = {"clusterName": cluster, "id": f"{cluster}:{group}", "nodeGroupName": group}
+            if (cluster, group) in self.scaling:
+                return {**found, "scalingConfigs": [self.scaling[cluster, group]]}
+            if cluster == "shared-gpu" and group in self.existing_node_groups:
+                return {**found, **self.existing_node_groups[group]}
+            return _not_found(f"reading EKS Node Group ({cluster}:{group})")
         if args.token == "aws:eks/getAddon:getAddon":
             if args.args["addonName"] not in self.existing_addons:
                 # A failed invoke, with the text the aws provider gives DescribeAddon's
                 # ResourceNotFoundException (terraform-provider-aws: retry.NotFoundError).
-                return {}, [("", f"reading EKS Add-On ({args.args['clusterName']}:"
-                                 f"{args.args['addonName']}): couldn't find resource")]
+                return _not_found(f"reading EKS Add-On ({args.args['clusterName']}:"
+                                  f"{args.args['addonName']})")
             return {"addonName": args.args["addonName"], "clusterName": args.args["clusterName"],
                     "addonVersion": "v1.3.10-eksbuild.3", "id": args.args["addonName"]}
+        if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            return self._service_quota(args.args)
         if args.token == "aws:eks/getCluster:getCluster":
+            if args.args["name"] not in self.clusters:
+                return _not_found(f"reading EKS Cluster ({args.args['name']})")
             return {"name": args.args["name"], "endpoint": "https://eks.example",
                     "certificateAuthorities": [{"data": "Y2E="}],
                     "vpcConfig": {"clusterSecurityGroupId": "sg-eks-managed"}}
+        if args.token == "aws:eks/getAccessEntry:getAccessEntry":
+            cluster, arn = args.args["clusterName"], args.args["principalArn"]
+            if arn not in self.clusters.get(cluster, {}):
+                return _not_found(f"reading EKS Access Entry ({cluster}:{arn})")
+            return {"clusterName": cluster, "principalArn": arn, "id": f"{cluster}:{arn}",
+                    "tags": self.clusters[cluster][arn], "type": "STANDARD"}
         return {}
 
+    def _service_quota(self, args: dict) -> dict:
+        """GetAWSDefaultServiceQuota then GetServiceQuota, as the aws provider's data source
+        calls them; a denied call fails the invoke as the engine does, with the provider's text."""
+        service, code = args["serviceCode"], args["quotaCode"]
+        if self.quota_denied:
+            raise ProviderInvokeError(
+                f"invocation of aws:servicequotas/getServiceQuota:getServiceQuota returned an "
+                f"error: 1 error occurred:\n\t* getting "
+                f"Default Service Quota for ({service}/{code}): operation error Service Quotas: "
+                f"GetAWSDefaultServiceQuota, https response error StatusCode: 400, RequestID: "
+                f"8c5ee7e2-0000-4000-8000-000000000000, api error AccessDeniedException: User: "
+                f"{self.deployer} is not authorized to perform: "
+                f"servicequotas:GetAWSDefaultServiceQuota because no identity-based policy allows "
+                f"the servicequotas:GetAWSDefaultServiceQuota action")
+        name, value = self.quotas[code]
+        arn = f"arn:aws:servicequotas:{self.region}:{self.deployer.split(':')[4]}:{service}/{code}"
+        return {"adjustable": True, "arn": arn, "defaultValue": 5.0 if code == "L-1216C47A" else 0.0,
+                "globalQuota": False, "id": arn, "quotaCode": code, "quotaName": name,
+                "region": self.region, "serviceCode": service,
+                "serviceName": "Amazon Elastic Compute Cloud (Amazon EC2)", "value": value,
+                "usageMetrics": [{"metricName": "ResourceCount", "metricNamespace": "AWS/Usage",
+                                  "metricStatisticRecommendation": "Maximum",
+                                  "metricDimensions": [{"class": USAGE_CLASS[code],
+                                                        "resource": "vCPU", "service": "EC2",
+                                                        "type": "Resource"}]}]}
+
     def depends_on(self, name: str, other: str) -> bool:
-        """`name` (or a component above it) declares a dependency on `other`, directly or
-        through the resources it depends on."""
+        """`name`'s registered dependencies reach `other`, directly or through the resources
+        they depend on. A component's own `depends_on` is not followed: the engine gives a
+        child only DeletedWith, Protect, RetainOnDelete and Provider from its parent (pulumi/pulumi
+        pkg/resource/deploy/source_eval.go, inheritFromParent)."""
         seen, todo = set(), [name]
         while todo:
             current = todo.pop()
@@ -165,8 +353,6 @@ class RecordingMocks(pulumi.runtime.Mocks):
             if other in self.depends.get(current, ()):
                 return True
             todo.extend(self.depends.get(current, ()))
-            if self.parents.get(current):
-                todo.append(self.parents[current])
         return False
 
     def of_type(self, typ: str, name_part: str = "") -> list[Recorded]:
@@ -176,6 +362,17 @@ class RecordingMocks(pulumi.runtime.Mocks):
         found = self.of_type(typ, name_part)
         assert len(found) == 1, (typ, name_part, [r.name for r in found])
         return found[0]
+
+
+def _not_found(what: str) -> tuple[dict, list[tuple[str, str]]]:
+    """A failed invoke with the text terraform-provider-aws gives a ResourceNotFoundException
+    (retry.NotFoundError: "couldn't find resource")."""
+    return {}, [("", f"{what}: couldn't find resource")]
+
+
+def _partition(region: str) -> str:
+    return {"cn": "aws-cn", "us-gov": "aws-us-gov"}.get(
+        "us-gov" if region.startswith("us-gov-") else region.split("-")[0], "aws")
 
 
 def _session_context(arn: str, role_path: str) -> dict:
@@ -219,15 +416,20 @@ def _has_resource(value) -> bool:
 def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
                 offering: list[str] | None = None, secrets: dict[str, str] | None = None,
                 mocks: RecordingMocks | None = None,
-                aws_config: dict[str, str] | None = None) -> RecordingMocks:
-    """The real program (program.run) under mocks, with the stack file's config + overrides."""
+                aws_config: dict[str, str] | None = None, preview: bool = False,
+                entry: Callable[[], None] | None = None,
+                crd_url: str | None = None) -> RecordingMocks:
+    """The real program (program.run, or `entry`) under mocks, with the stack file's config +
+    overrides; `preview` (or the mocks' own setting) runs it as `pulumi preview`. KubeRay's
+    CRDs come from the loopback release server (`crd_url`: another URL template)."""
     import program
 
     raw, region = raw_config(stack_file)
     raw.update(overrides or {})
-    mocks = mocks or RecordingMocks(region, offering)
+    mocks = mocks or RecordingMocks(region, offering, preview=preview)
     # "organization": what a DIY (--local, S3) backend reports as the stack's organization.
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name(stack_file), preview=False,
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name(stack_file),
+                             preview=mocks.preview,
                              monitor=RecordingMonitor(mocks), organization="organization")
     config = {f"{PROJECT}:{k}": v for k, v in raw.items()}
     config["aws:region"] = region
@@ -247,11 +449,12 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
     @pulumi.runtime.test
     def deploy():
         with mock.patch("pulumi.export", side_effect=exported.__setitem__):
-            program.run()
+            (entry or program.run)()
         return pulumi.Output.from_input(asyncio.ensure_future(resolve_exports()))
 
     # Resource references among the inputs (node groups point at the cluster) stay URNs: the SDK
     # would otherwise rebuild those resources inside the mock monitor, on another event loop.
-    with mock.patch("pulumi.runtime.rpc.get_resource_module", return_value=None):
+    with mock.patch("pulumi.runtime.rpc.get_resource_module", return_value=None), \
+            mock.patch.object(catalog, "KUBERAY_CRD_URL", crd_url or release_server.crd_url()):
         deploy()
     return mocks

@@ -64,6 +64,31 @@ def test_subnets_avoid_local_zones_and_zone_ids_eks_refuses(path):
     assert not {ids[z] for z in used} & EKS_UNSUPPORTED_ZONE_IDS
 
 
+def _zones(m: RecordingMocks) -> list[str]:
+    subnets = {r.name: r.inputs["availabilityZone"] for r in m.of_type("aws:ec2/subnet:Subnet")}
+    return [subnets["net-private-0"], subnets["net-private-1"]]
+
+
+def test_zones_stay_where_the_first_deployment_put_them():
+    """AWS adds the GPU type to an earlier zone after the first deployment: a re-choice would
+    replace the subnets (EC2 refuses a second subnet of the same CIDR; EKS refuses new
+    control-plane zones). The next preview and update keep the first zones; only a configured
+    gpuAvailabilityZone moves the GPU zone."""
+    first = run_program(DEV, mocks=RecordingMocks("us-west-2", offering=["us-west-2c"]))
+    assert _zones(first) == ["us-west-2c", "us-west-2a"]
+    wider = ["us-west-2a", "us-west-2b", "us-west-2c"]
+    assert _zones(run_program(DEV, mocks=RecordingMocks("us-west-2", wider))) == \
+        ["us-west-2a", "us-west-2b"]  # what a new stack would choose now
+    for preview in (True, False):
+        later = run_program(DEV, mocks=RecordingMocks("us-west-2", wider, prior=first,
+                                                      preview=preview))
+        assert _zones(later) == ["us-west-2c", "us-west-2a"], preview
+    assert later.exports["gpuAvailabilityZone"] == "us-west-2c"
+    moved = run_program(DEV, {"gpuAvailabilityZone": "us-west-2b"},
+                        mocks=RecordingMocks("us-west-2", wider, prior=later))
+    assert _zones(moved) == ["us-west-2b", "us-west-2a"]
+
+
 def test_gpu_node_group_is_efa_wired(dev):
     gpu = dev.one(NODE_GROUP, "gpu").inputs
     assert gpu["amiType"] == "AL2023_x86_64_NVIDIA" and gpu["instanceTypes"] == ["g6.12xlarge"]
@@ -88,8 +113,7 @@ def test_pods_cannot_reach_the_node_role_through_the_metadata_service(dev, templ
 
 def test_gpu_node_group_scales_from_zero_under_the_autoscaler(dev):
     """min 0 / desired 0 / max = gpuNodeCount; what cluster-autoscaler needs to build a node from
-    the group's description (EFA count tag, labels, a taint with a value); `pulumi up` leaves the
-    desired size to the autoscaler."""
+    the group's description (EFA count tag, labels, a taint with a value)."""
     gpu = dev.one(NODE_GROUP, "gpu").inputs
     assert gpu["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
     assert gpu["tags"]["k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa"] == "1"
@@ -97,10 +121,28 @@ def test_gpu_node_group_scales_from_zero_under_the_autoscaler(dev):
                              "vpc.amazonaws.com/efa.present": "true",
                              "k8s.amazonaws.com/accelerator": "nvidia-l4"}
     assert gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
-    assert dev.ignore_changes["eks-gpu"] == ["scalingConfig.desiredSize"]
-    assert dev.ignore_changes["eks-system"] == []  # fixed size, owned by the stack
     assert run_program(DEV, {"gpuNodeCount": "5"}).one(NODE_GROUP, "gpu").inputs[
         "scalingConfig"]["maxSize"] == 5
+
+
+def test_a_scaling_change_keeps_the_live_desired_size():
+    """The aws provider sends the whole scaling block on any change of it (terraform-provider-aws
+    eks/node_group.go): the declared desired size is the live one, so raising gpuNodeCount during
+    a run keeps its nodes, and lowering it after the run (state may hold a refreshed 2) starts
+    none. ignoreChanges would send the size in Pulumi's state instead."""
+    first = run_program(DEV)
+    assert first.ignore_changes["eks-gpu"] == []
+    key = ("ray-train-dev", "ray-train-dev-gpu")
+    first.scaling[key]["desiredSize"] = 2  # a run: the autoscaler added two nodes
+    during = run_program(DEV, {"gpuNodeCount": "3"}, mocks=RecordingMocks("us-west-2", prior=first))
+    assert during.one(NODE_GROUP, "gpu").inputs["scalingConfig"] == {
+        "minSize": 0, "desiredSize": 2, "maxSize": 3}
+    during.scaling[key]["desiredSize"] = 0  # the run ended; its nodes went
+    after = run_program(DEV, {"gpuNodeCount": "1"}, mocks=RecordingMocks("us-west-2", prior=during))
+    assert after.one(NODE_GROUP, "gpu").inputs["scalingConfig"]["desiredSize"] == 0
+    after.scaling[key]["desiredSize"] = 3
+    capped = run_program(DEV, {"gpuNodeCount": "1"}, mocks=RecordingMocks("us-west-2", prior=after))
+    assert capped.one(NODE_GROUP, "gpu").inputs["scalingConfig"]["desiredSize"] == 1  # <= max
 
 
 def test_node_groups_follow_the_cluster_version_and_policies_outlive_them(dev):
@@ -151,11 +193,14 @@ def test_admin_access_entry_and_private_endpoint():
 
 SSO_ROLE = "AWSReservedSSO_AdministratorAccess_0123456789abcdef"
 TEAM = "arn:aws:iam::123456789012:role/platform-admins"
+ALICE = "arn:aws:sts::123456789012:assumed-role/alice/s"
+BOB = "arn:aws:sts::123456789012:assumed-role/bob/session"
 
 
-def _entries(deployer: str, admin: str, role_path: str = "/", previous: dict | None = None):
-    mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path)
-    mocks.previous_outputs = previous or {}
+def _entries(deployer: str, admin: str, role_path: str = "/", prior: RecordingMocks | None = None,
+             preview: bool = False):
+    mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path, prior=prior,
+                           preview=preview)
     run_program(DEV, {"adminPrincipalArn": admin}, mocks=mocks)
     return mocks.one("eks:index:Cluster").inputs.get("accessEntries"), mocks
 
@@ -169,36 +214,49 @@ def _entries(deployer: str, admin: str, role_path: str = "/", previous: dict | N
 ])
 def test_no_second_access_entry_for_the_creator(deployer, role_path, admin):
     """EKS already gave the cluster's creator an access entry (pulumi-eks always bootstraps it);
-    another one for the same principal is a 409 ResourceInUseException. Compared by account,
-    kind and name: an SSO role's issuer ARN has a path users leave out."""
-    entries, mocks = _entries(deployer, admin, role_path)
+    another one for the same principal is a 409 ResourceInUseException (the mocks' EKS answers
+    so). Compared by account, kind and name: an SSO role's issuer ARN has a path users leave
+    out. A preview plans the same."""
+    entries, first = _entries(deployer, admin, role_path)
     assert not entries
-    # The creator is recorded (with its path) for later runs.
-    assert mocks.exports["clusterCreatorArn"].endswith(admin.rsplit("/", 1)[1])
-    assert mocks.exports["clusterCreatorArn"].startswith("arn:aws:iam::123456789012:")
+    assert not _entries(deployer, admin, role_path, preview=True)[0]
+    again, _ = _entries(deployer, admin, role_path, prior=first)  # the next update
+    assert not again
 
 
-def test_access_entries_stick_to_the_creator_not_the_current_deployer():
+def test_access_entries_follow_the_cluster_not_the_current_deployer():
     """Alice created the cluster with adminPrincipalArn = her own role (no entry). Bob's later
-    `pulumi up` must not plan an entry for Alice (409), and must keep the team's entry."""
+    `pulumi up` must not plan an entry for Alice (409), and must plan the team's entry exactly
+    as Alice's run did: the decision reads EKS's entries, not who runs the program."""
     alice = "arn:aws:iam::123456789012:role/alice"
-    bob = "arn:aws:sts::123456789012:assumed-role/bob/session"
-    first, first_run = _entries("arn:aws:sts::123456789012:assumed-role/alice/s", alice)
-    assert not first and first_run.exports["clusterCreatorArn"] == alice
-    later, later_run = _entries(bob, alice, previous={"clusterCreatorArn": alice})
-    assert not later and later_run.exports["clusterCreatorArn"] == alice  # stays Alice
-    team, _ = _entries(bob, TEAM, previous={"clusterCreatorArn": alice})
-    assert team["admin"]["principalArn"] == TEAM
+    first, first_run = _entries(ALICE, alice)
+    assert not first
+    later, _ = _entries(BOB, alice, prior=first_run)
+    assert not later  # the mocks' EKS would answer 409 to an entry for Alice
+    team_first, team_run = _entries(ALICE, TEAM)
+    team_later, _ = _entries(BOB, TEAM, prior=team_run)
+    assert team_later == team_first and team_first["admin"]["principalArn"] == TEAM
     # Bob himself as admin on Alice's cluster: Bob has no entry yet, so he gets one.
-    bob_entry, _ = _entries(bob, "arn:aws:iam::123456789012:role/bob",
-                            previous={"clusterCreatorArn": alice})
+    bob_entry, _ = _entries(BOB, "arn:aws:iam::123456789012:role/bob", prior=first_run)
     assert bob_entry["admin"]["principalArn"] == "arn:aws:iam::123456789012:role/bob"
 
 
-def test_the_stack_reads_its_own_previous_outputs():
-    m = run_program(DEV)
-    (ref,) = m.of_type("pulumi:pulumi:StackReference")
-    assert ref.inputs["name"] == f"organization/{PROJECT}/dev"  # this stack itself
+def test_a_failed_first_update_does_not_lose_the_admin_entry():
+    """Alice's first `pulumi up` failed after the cluster existed and before the team's entry
+    did: the next run, whoever runs it, plans the team's entry."""
+    _, failed = _entries(ALICE, TEAM)
+    failed.clusters["ray-train-dev"].pop(TEAM)
+    failed.own_entries["ray-train-dev"] = set()
+    entries, _ = _entries(BOB, TEAM, prior=failed)
+    assert entries["admin"]["principalArn"] == TEAM
+
+
+def test_the_stack_reads_no_stack_reference(dev):
+    """A StackReference to the stack itself fails on a DIY backend with the legacy layout, which
+    refuses org/project/stack names (pulumi/pulumi#18569), and its outputs exist only after an
+    update succeeded."""
+    assert not dev.of_type("pulumi:pulumi:StackReference")
+    assert "clusterCreatorArn" not in dev.exports
 
 
 def _exec_args(kubeconfig: str) -> list[str]:
@@ -233,8 +291,10 @@ def test_gpu_node_count_zero_keeps_the_whole_stack_and_no_gpu_node_can_start():
     assert scaling == {"desiredSize": 0, "minSize": 0, "maxSize": 1}
     assert not paused.of_type("kubernetes:ray.io/v1:RayJob")  # a run needs GPU nodes
     running = run_program(DEV)
+    # What a run brings: its RayJob and the Roles of its head, which name that RayJob.
+    of_a_run = ("kubernetes:ray.io/v1:RayJob", "kubernetes:rbac.authorization.k8s.io/v1:")
     assert sorted(r.type for r in paused.resources) == sorted(
-        r.type for r in running.resources if r.type != "kubernetes:ray.io/v1:RayJob")
+        r.type for r in running.resources if not r.type.startswith(of_a_run))
 
 
 RESERVATION = {"id": "cr-0123456789abcdef0", "instanceCount": 2}
@@ -326,11 +386,10 @@ def test_helm_releases_pinned_on_the_right_nodes_and_ordered(dev):
         assert inputs["skipAwait"] is True  # GPU nodes sit at zero between runs
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
             inputs["values"]["tolerations"]
-    crds = [r.inputs["file"] for r in dev.of_type("kubernetes:yaml/v2:ConfigFile")]
-    assert all("/kuberay/v1.7.0/" in url for url in crds) and len(crds) == 3
     for release in releases.values():
         assert dev.depends_on(release.name, "eks-system")
-    assert dev.depends_on("addons-kuberay-operator", "addons-crd-ray.io_rayclusters.yaml")
+    for crd in dev.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-"):  # tests/workloads
+        assert dev.depends_on("addons-kuberay-operator", crd.name)
 
 
 def test_cluster_autoscaler_release_is_pinned_on_the_system_node_with_its_own_role(dev):
@@ -390,6 +449,16 @@ def test_hub_token_becomes_a_kubernetes_secret_only_when_set(dev):
     assert "hf_test_token" in json.dumps(secret["stringData"])
 
 
+def test_a_hub_token_stored_in_plaintext_is_refused_before_any_resource():
+    from stack.config import ConfigError
+
+    mocks = RecordingMocks("us-west-2")
+    with pytest.raises(ConfigError, match=r"hfToken: stored in plaintext \(Pulumi.dev.yaml.*"
+                                          r"pulumi config set --secret hfToken"):
+        run_program(DEV, {"hfToken": "hf_plain_token"}, mocks=mocks)
+    assert mocks.resources == []
+
+
 def test_stack_outputs_and_kubeconfig_is_secret(dev):
     out = dev.exports
     assert out["clusterName"] == "ray-train-dev" and out["region"] == "us-west-2"
@@ -398,10 +467,13 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
     assert out["runCostUsdPerHour"] == pytest.approx(sum(out["hourlyCostBreakdown"].values()))
     breakdown = out["hourlyCostBreakdown"]
     assert out["idleCostUsdPerHour"] == pytest.approx(
-        out["runCostUsdPerHour"] - breakdown["gpuNodesDuringRun"] - breakdown["gpuRootVolumesDuringRun"])
-    assert set(breakdown) == {"gpuNodesDuringRun", "gpuRootVolumesDuringRun", "systemNodes",
-                              "systemRootVolumes", "eksControlPlane", "natGateway", "natPublicIpv4"}
+        out["runCostUsdPerHour"] - sum(v for k, v in breakdown.items() if k.endswith("DuringRun")))
+    assert set(breakdown) == {"gpuNodesDuringRun", "gpuRootVolumesDuringRun",
+                              "gpuRootVolumePerformanceDuringRun", "systemNodes",
+                              "systemRootVolumes", "systemRootVolumePerformance",
+                              "eksControlPlane", "natGateway", "natPublicIpv4"}
     assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
+    assert out["costIsEstimate"] is False and out["costSource"].endswith("us-west-2")
     assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
 
 
@@ -417,15 +489,60 @@ def test_existing_cluster_mode_deploys_only_addons_and_workloads():
 
 def test_existing_cluster_adopts_kuberay_crds_that_are_already_there(dev):
     """pulumi-kubernetes >= 4.29 creates with a plain POST: an existing CRD is AlreadyExists
-    unless the provider upserts. Only the CRDs go through that provider."""
+    unless the provider upserts, and its upsert (a server-side apply) conflicts with the fields
+    Helm or kubectl own unless it forces them (await.go patchForce). Only the CRDs go through
+    that provider."""
     m = run_program(DEV, {"existingClusterName": "shared-gpu"})
     upsert = m.one("pulumi:providers:kubernetes", "k8s-crds").inputs
     assert upsert["upsertExistingObjects"] in (True, "true")
-    crds = [r.name for r in m.of_type("kubernetes:yaml/v2:ConfigFile")]
+    assert upsert["enablePatchForce"] in (True, "true")
+    crds = [r.name for r in m.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-")]
     assert len(crds) == 3 and all(m.providers[c] == {"k8s-crds"} for c in crds)
     assert m.providers["addons-kuberay-operator"] == {"k8s"}
     # A cluster this stack creates has no CRDs yet: one provider, no upsert anywhere.
     assert not dev.of_type("pulumi:providers:kubernetes", "k8s-crds")
+
+
+def test_destroying_a_stack_on_an_existing_cluster_leaves_the_shared_crds(dev):
+    """Other RayJobs on a shared cluster live in KubeRay's CRDs: deleting a CRD deletes every
+    object of its kind. Retain on delete is inherited by the group's CRDs (source_eval.go)."""
+    m = run_program(DEV, {"existingClusterName": "shared-gpu"})
+    for crd in m.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-"):
+        assert m.options[crd.name]["retainOnDelete"] is True, crd.name
+    for crd in dev.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-"):
+        assert not dev.options[crd.name]["retainOnDelete"], crd.name  # the stack's own cluster
+
+
+def test_a_cluster_that_runs_kuberay_gets_no_second_operator():
+    """A second kuberay-operator release would create the ClusterRole `kuberay-operator`
+    (the chart's fullnameOverride) again, and two operators would both reconcile the RayJob."""
+    m = run_program(DEV, {"existingClusterName": "shared-gpu", "existingKuberay": "true"})
+    assert not m.of_type("kubernetes:helm.sh/v3:Release", "kuberay")
+    assert not m.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-")  # its CRDs: untouched
+    assert not m.of_type("pulumi:providers:kubernetes", "k8s-crds")
+    assert m.one("kubernetes:ray.io/v1:RayJob")  # served by the cluster's own operator
+
+
+def test_stacks_on_one_existing_cluster_get_namespaces_of_their_own(dev):
+    """Namespace, service account and Pod Identity association (one per namespace and service
+    account in EKS) named per stack, so they collide neither with a `ray` namespace that is
+    there nor with a second stack's; the stack's own cluster keeps `ray`."""
+    seen = set()
+    for name in ("team-a", "team-b"):
+        m = run_program(DEV, {"existingClusterName": "shared-gpu", "clusterName": name})
+        namespace = m.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"]
+        assert namespace == f"ray-{name}" == m.exports["rayNamespace"]
+        assoc = m.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt").inputs
+        assert (assoc["namespace"], assoc["serviceAccount"]) == (namespace, "ray-train")
+        namespaced = [r for r in m.resources if r.type.startswith("kubernetes:")
+                      and "namespace" in (r.inputs.get("metadata") or {})]
+        elsewhere = {(r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"])
+                     for r in namespaced if r.inputs["metadata"]["namespace"] != namespace}
+        # Only the head's Role (and its binding) on cluster-autoscaler's status, named for it.
+        assert elsewhere == {("kube-system", f"{namespace}-head-autoscaler-status")}
+        seen.add(namespace)
+    assert len(seen) == 2
+    assert dev.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"] == "ray"
 
 
 def test_existing_cluster_node_selectors_are_configurable():
@@ -457,6 +574,18 @@ def test_existing_cluster_that_lacks_labels_taint_or_pod_identity_fails_before_a
     assert "node group gpu lacks the taint nvidia.com/gpu=true:NoSchedule" in message
     assert "aws eks create-addon --cluster-name shared-gpu --addon-name eks-pod-identity-agent" in message
     assert "or install the agent otherwise" in message  # a self-managed agent is not an add-on
+    assert mocks.resources == []
+
+
+@pytest.mark.parametrize("region, partition", [("cn-north-1", "aws-cn"),
+                                               ("us-gov-west-1", "aws-us-gov")])
+def test_a_region_outside_the_aws_partition_is_refused_before_any_resource(region, partition):
+    from infra.lookups import PartitionError
+
+    mocks = RecordingMocks("us-west-2")
+    with pytest.raises(PartitionError, match=f"^aws:region: {region} is in the {partition} "
+                                             "partition; this stack supports only"):
+        run_program(DEV, mocks=mocks, aws_config={"region": region})
     assert mocks.resources == []
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.zones import NetworkError, choose_zones
+from infra.zones import NetworkError, choose_zones, keep_zones
 
 USE1 = {"us-east-1a": "use1-az6", "us-east-1b": "use1-az3", "us-east-1c": "use1-az1"}
 
@@ -45,3 +45,14 @@ def test_gpu_zone_must_offer_the_system_type_too():
 def test_configured_zone_is_checked(configured, message):
     with pytest.raises(NetworkError, match=f"^gpuAvailabilityZone: {configured} {message}"):
         zones(configured)
+
+
+def test_kept_zones_move_only_with_a_configured_gpu_zone():
+    first = ["us-east-1c", "us-east-1a"]
+    assert keep_zones(first, ["us-east-1a", "us-east-1c"], None) == first  # AWS's offer changed
+    assert keep_zones(first, ["us-east-1c", "us-east-1d"], "us-east-1c") == first
+    assert keep_zones(first, ["us-east-1d", "us-east-1a"], "us-east-1d") == ["us-east-1d",
+                                                                              "us-east-1a"]
+    # Onto the old second zone: the second zone is this run's choice.
+    assert keep_zones(first, ["us-east-1a", "us-east-1c"], "us-east-1a") == ["us-east-1a",
+                                                                              "us-east-1c"]

@@ -66,6 +66,7 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
     ({"gpuNodeSelector": json.dumps({"pool": "gpu"})}, "gpuNodeSelector", "only with existingClusterName"),
     ({"systemNodeSelector": json.dumps({"pool": 1}), "existingClusterName": "shared"},
      "systemNodeSelector", "expected a non-empty mapping"),
+    ({"existingKuberay": "true"}, "existingKuberay", "only with existingClusterName"),
     ({"kubernetesVersion": "1.29"}, "kubernetesVersion", "KUBERNETES_RELEASES (known: 1.34, 1.35)"),
     ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0"})}, "capacityBlock", "instanceCount"),
     ({"image": "public.ecr.aws/x/ray"}, "image", "needs a tag"),
@@ -81,6 +82,7 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
     ({"capacityBlock": json.dumps({"id": "cr-0123456789abcdef0", "instanceCount": None})},
      "capacityBlock.instanceCount", "whole number"),
     ({"jobDeadlineSeconds": "600"}, "jobDeadlineSeconds", "covers node boot and image pull"),
+    ({"endOnScaleUpFailure": "sometimes"}, "endOnScaleUpFailure", "true or false"),
     ({"vpcCidr": ""}, "vpcCidr", "empty; set a value"),
     ({"training": json.dumps({"lr": "fast"})}, "training.lr", "expected float"),
 ])
@@ -104,7 +106,7 @@ def test_cost_idle_and_during_a_run():
     # The reference quotes ~9.50 USD/h for 2x g6.12xlarge + system node + EKS + NAT.
     assert 9.0 < cost["runUsdPerHour"] < 10.0
     assert cost["runUsdPerHour"] == pytest.approx(sum(cost["breakdown"].values()))
-    during_run = cost["breakdown"]["gpuNodesDuringRun"] + cost["breakdown"]["gpuRootVolumesDuringRun"]
+    during_run = sum(v for k, v in cost["breakdown"].items() if k.endswith("DuringRun"))
     assert cost["idleUsdPerHour"] == pytest.approx(cost["runUsdPerHour"] - during_run)
     assert cost["idleUsdPerHour"] < 0.5  # control plane, NAT gateway and one m7i.xlarge
     none = hourly_cost(parse({"gpuNodeCount": "0"}, "us-west-2"), before_extended)
@@ -170,6 +172,19 @@ def test_every_declared_key_has_a_default_so_a_new_stack_needs_no_config():
     assert cfg.name == "eks-ray-train-new" and cfg.training.max_failures == 2
 
 
+def test_no_declared_key_is_a_secret_with_a_default():
+    """The CLI merges a declared default into the stack as a plaintext value, then refuses a
+    typed `secret: true` key whose value is not encrypted (pkg/workspace/config.go, mergeConfig,
+    validateStackConfigValue): every stack without a value of its own would fail. The program
+    refuses a plaintext hfToken itself (stack/pulumi_config.py)."""
+    import yaml
+
+    from stack.config import PULUMI_YAML
+
+    config = yaml.safe_load(PULUMI_YAML.read_text())["config"]
+    assert not [k for k, spec in config.items() if spec.get("secret") and "default" in spec]
+
+
 @pytest.mark.parametrize("raw, message", [
     ({"gpuNodes": "3"}, "gpuNodes: unknown key; did you mean gpuNodeCount?"),
     ({"training": json.dumps({"stpes": 10})}, "training.stpes: unknown key; did you mean training.steps?"),
@@ -229,3 +244,18 @@ def test_job_settings_are_checked_with_the_runs_real_worker_count():
 def test_the_default_batch_is_large_and_follows_the_run(nodes, training, tokens):
     cfg = parse({"gpuNodeCount": nodes, "training": json.dumps(training)}, "us-west-2")
     assert cfg.training.tokens_per_step == tokens and cfg.training.reduce_dtype == "bf16"
+
+
+def test_cost_outside_the_price_table_is_labelled_an_estimate():
+    """Only Regions whose prices were read are in stack/catalog.py; elsewhere the outputs say
+    the figures are us-east-1's."""
+    from infra.cost import hourly_cost
+
+    today = date(2026, 11, 30)
+    for region in ("us-east-1", "us-west-2"):
+        cost = hourly_cost(parse({}, region), today)
+        assert cost["isEstimate"] is False and cost["source"].endswith(region)
+    frankfurt = hourly_cost(parse({}, "eu-central-1"), today)
+    assert frankfurt["isEstimate"] is True
+    assert frankfurt["source"].startswith("estimate: us-east-1 prices")
+    assert "no prices for eu-central-1" in frankfurt["source"]

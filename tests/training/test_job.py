@@ -12,11 +12,13 @@ import time
 import pytest
 
 from tests.conftest import REPO
+from tests.training import kube_fake
 from tests.training.conftest import free_port
-from training import checkpoint, cli
+from training import checkpoint, cli, kube_api
 from training.config import ConfigError, TrainConfig
 from training.engine import lr_at
 from training.schedule import Schedule
+from workloads.rbac import head_rbac
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -35,8 +37,22 @@ def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path,
     started.write_text(str(int(time.time()) - 100))
     monkeypatch.setenv(cli.RUN_STARTED_ENV, str(started))
     monkeypatch.setenv(cli.MLFLOW_ENV, f"http://127.0.0.1:{free_port()}")  # nothing listens
-    s = run(tmp_path, "--data", "repeat", "--steps", "30", "--lr", "1e-2", "--seq-len", "64",
-            "--log-every", "10")
+    # As in a Ray head on EKS: a Kubernetes API (on loopback) holding the run's start, 10 min ago.
+    world = kube_fake.cold_start_world(time.time() - 600, "demo-cluster", "demo-job")
+    rbac = head_rbac("ray", "demo-job", True)
+    with kube_fake.FakeKube(world, rbac, tls_dir=tmp_path) as kube:
+        env, sa = kube_fake.in_cluster_env(kube, tmp_path, "demo-cluster", "demo-job")
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setattr(kube_api, "SA_DIR", sa)
+        s = run(tmp_path, "--data", "repeat", "--steps", "30", "--lr", "1e-2", "--seq-len", "64",
+                "--log-every", "10")
+    # The phases run from the RayJob's creation through the loop's own milestones.
+    phases = [p["phase"] for p in s["cold_start"]["phases"]]
+    assert phases[0] == "RayJob to Ray cluster pods created"
+    assert phases[-4:] == ["Ray Train starts its workers", "NCCL initialised",
+                           "model and data ready", "first optimizer step"]
+    assert s["cold_start"]["total_s"] >= 600 and s["cold_start"]["gpu_node_usd"] > 0
     assert s["steps"] == 30 and s["world_size"] == 2
     assert "Connection" in s["mlflow_error"] and s["mlflow_run_id"] is None  # said, not fatal
     assert s["last_loss"] < 0.5 * s["first_loss"], s

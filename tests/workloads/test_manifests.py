@@ -344,4 +344,4 @@ def test_mlflow_tracking_installs_the_pinned_client_and_the_job_gets_the_uri(cod
     assert flags.mlflow_tracking_uri == "http://mlflow.internal:5000"
     assert flags.export  # the cluster exports the fine-tuned model by default (JOB_DEFAULTS)
     # The tests' MLflow is the client the cluster installs.
-    assert MLFLOW_CLIENT in (REPO / "requirements.txt").read_text().splitlines()
+    assert MLFLOW_CLIENT in (REPO / "requirements-dev.txt").read_text().splitlines()

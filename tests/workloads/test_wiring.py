@@ -63,6 +63,14 @@ def test_a_changed_job_replaces_the_old_one_after_deleting_it(dev):
     assert dev.depends_on("ray-rayjob", "ray-code")
 
 
+def test_the_rayjob_starts_after_the_pod_identity_of_its_service_account(dev):
+    """Its pods get S3 credentials only if the association exists when they are created. The
+    edge must be the RayJob's own registered dependency: a component's `depends_on` does not
+    reach its children (the mock follows registered dependencies only, as the engine does)."""
+    assoc = dev.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt")
+    assert dev.depends_on("ray-rayjob", assoc.name)
+
+
 def test_outputs_name_the_job_and_its_dashboard_service(dev):
     job = dev.exports["rayJob"]
     assert job == dev.one(RAYJOB).inputs["metadata"]["name"]
@@ -79,3 +87,14 @@ def test_no_job_without_a_run(overrides):
     assert not m.of_type(RAYJOB) and not m.of_type("kubernetes:ray.io/v1:RayCluster")
     assert m.exports["rayJob"] is None and m.exports["rayHeadService"] is None
     assert m.of_type("kubernetes:core/v1:ConfigMap")  # the rest of the workloads stays
+
+
+def test_the_heads_roles_name_this_runs_rayjob_and_come_before_it(dev):
+    job = dev.one(RAYJOB)
+    role = next(r for r in dev.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+                if r.inputs["metadata"]["namespace"] == "ray")
+    rayjob_rule = next(r for r in role.inputs["rules"] if r["resources"] == ["rayjobs"])
+    assert rayjob_rule["resourceNames"] == [job.inputs["metadata"]["name"]]
+    rbac = [r for r in dev.resources if r.type.startswith("kubernetes:rbac.authorization.k8s.io")]
+    assert len(rbac) == 6
+    assert {r.name for r in rbac} <= dev.depends["ray-rayjob"]  # the head reads from its start
