@@ -50,7 +50,14 @@ VARIANTS: dict[str, dict] = {
     "ours-hsdp": {"hsdp_replicas": 2},
     "ours-hsdp-bf16-reduce": {"hsdp_replicas": 2, "reduce_dtype": "bf16"},
     "ours-bf16-reduce-prefetch2": {"reduce_dtype": "bf16", "prefetch_layers": 2},
+    # Issue 19: packed rows of 4 documents with per-document positions (attention masked
+    # block-diagonally), against `ours` (one causal mask over the row): sdpa with a dense mask,
+    # flex_attention with a block-sparse one, and flex_attention on causal rows.
+    "ours-docs4": {},
+    "ours-docs4-flex": {"attention": "flex_attention"},
+    "ours-flex": {"attention": "flex_attention"},
 }
+DOCUMENTS_PER_ROW = {"ours-docs4": 4, "ours-docs4-flex": 4}
 REFERENCE = "reference"
 
 
@@ -166,6 +173,25 @@ def _profile(step, batches, device, rank: int, trace_path: Path) -> dict | None:
     return None
 
 
+def _with_documents(batches: list, documents: int, seq_len: int) -> list:
+    """The same tokens as packed rows of `documents` equal documents: per-document positions,
+    and no label across a boundary (as training/data/packing.py makes them)."""
+    import torch
+
+    from training.loss import IGNORE_INDEX
+
+    length = seq_len // documents
+    positions = (torch.arange(seq_len) % length).expand(1, -1)
+    out = []
+    for micro in batches:
+        step = []
+        for inputs, labels in micro:
+            labels = labels.masked_fill((positions == length - 1).to(labels.device), IGNORE_INDEX)
+            step.append((inputs, labels, positions.to(inputs.device).expand_as(inputs)))
+        out.append(step)
+    return out
+
+
 def _ours_step(cfg: TrainConfig, model_cfg, device):
     from training.engine import build_engine, lr_at, train_step
 
@@ -185,11 +211,11 @@ def _compute_only_seconds(engine, micro, device) -> float:
     model.set_reshard_after_forward(False)
     model.set_reshard_after_backward(False)
 
-    def fwd_bwd(inputs, labels):
-        model(inputs, labels).backward()
+    def fwd_bwd(batch):
+        model(*batch).backward()
 
-    fwd_bwd(*micro[0])  # gathers every group once
-    times = _back_to_back_seconds([lambda x=x, y=y: fwd_bwd(x, y) for x, y in micro * 2], device)
+    fwd_bwd(micro[0])  # gathers every group once
+    times = _back_to_back_seconds([lambda b=b: fwd_bwd(b) for b in micro * 2], device)
     return statistics.median(times)
 
 
@@ -211,7 +237,7 @@ def bench_func(opts: dict) -> None:
     import torch.distributed as dist
 
     from training import transport
-    from training.data import random_batch
+    from training.data.random_tokens import random_batch
     from training.engine import memory_limit_bytes
     from training.ray_setup import worker_context
     from training.metrics import flops_per_token, peak_flops
@@ -238,6 +264,8 @@ def bench_func(opts: dict) -> None:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         row = {"variant": name}
+        docs = DOCUMENTS_PER_ROW.get(name)
+        row_batches = _with_documents(batches, docs, base.seq_len) if docs else batches
         try:
             if name == REFERENCE:
                 if device.type != "cuda":
@@ -250,9 +278,9 @@ def bench_func(opts: dict) -> None:
                 step, keep = _ours_step(cfg, model_cfg, device)
                 row.update(dataclasses.asdict(keep.plan))
                 row["bandwidth"] = probe(keep.mesh, device)
-            times = _time_steps(step, batches, opts["warmup"], opts["steps"], device)
+            times = _time_steps(step, row_batches, opts["warmup"], opts["steps"], device)
             if opts["profile_dir"]:
-                row["profile"] = _profile(step, batches[:2], device, rank,
+                row["profile"] = _profile(step, row_batches[:2], device, rank,
                                           Path(opts["profile_dir"]) / f"{name}.trace.json.gz")
             step_s = statistics.median(times)
             tps = cfg.tokens_per_step_per_worker / step_s
@@ -263,7 +291,7 @@ def bench_func(opts: dict) -> None:
             if name != REFERENCE:
                 try:
                     row["compute_ms_per_micro_batch"] = 1000 * _compute_only_seconds(
-                        keep, batches[0], device)
+                        keep, row_batches[0], device)
                 except Exception as e:  # e.g. the unsharded gradients exceed a memory budget
                     row["compute_error"] = f"{type(e).__name__}: {str(e)[:200]}"
             del step, keep

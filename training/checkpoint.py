@@ -44,8 +44,9 @@ class RunState:
     step: int
     samples_seen: int = 0  # sequences consumed across all ranks (text data)
     first_loss: float | None = None  # the run's, not the attempt's
+    first_eval_loss: float | None = None  # before the run's first step
     schedule: dict = field(default_factory=dict)  # training.schedule.Schedule.to_dict()
-    data: str | None = None  # fingerprint of the tokenized text (training.data.TokenCache)
+    data: str | None = None  # fingerprint of the tokenized text (training.data.cache.TokenCache)
 
     @classmethod
     def from_json(cls, text: str, where: str) -> "RunState":

@@ -21,7 +21,11 @@ from typing import Callable
 
 from training import cold_start, quiet, scaleup
 from training.config import LOCAL_DEFAULTS, RUN_STARTED_ENV, ConfigError, TrainConfig
-from training.data import BYTES, BYTES_VOCAB, RANDOM_MODES, DataError, TokenCache
+from training.data import DataError
+from training.data.prepare import DataPlan, describe, tokenizer_name
+from training.data.random_tokens import RANDOM_MODES
+from training.data.synthetic import SHIPPED
+from training.data.tokenize import BYTES, encoder
 from training.flags import add_config_flags
 from training.loading import local_dir
 from training.model import ModelError, is_builtin, max_positions, model_config
@@ -29,10 +33,10 @@ from training.ray_setup import init_ray
 from training.storage import Storage, StorageError, check_writable, resolve, s3_env
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
-SAMPLE_TEXT = Path(__file__).resolve().parent / "sample_data" / "tiny_corpus.jsonl"
-DEMO_DEFAULTS = {"data": str(SAMPLE_TEXT), "tokenizer": BYTES, "name": "demo", "log_every": 1,
-                 "lr": 3e-3}
-"""What `--demo` (`make demo`) adds to `--local`: a loss that visibly falls within seconds."""
+DEMO_DEFAULTS = {"data": str(SHIPPED), "tokenizer": BYTES, "name": "demo", "log_every": 1,
+                 "lr": 3e-3, "eval_fraction": 0.05, "eval_every": 5}
+"""What `--demo` (`make demo`) adds to `--local`: the shipped instruction set with the built-in
+byte tokenizer, 5% held out, so the training and evaluation losses visibly fall within seconds."""
 # On a cluster (--address) workers may still be joining when the job starts: KubeRay submits once
 # every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
 # Ray never grows, so there the check fails at once.
@@ -84,7 +88,11 @@ def run(cfg: TrainConfig) -> dict:
     vocab = _check_model_and_data(cfg)
     storage = resolve(cfg.storage_path)
     check_writable(storage)
-    _check_resume(cfg, storage)
+    plan = DataPlan.for_run(cfg, storage)
+    _check_resume(cfg, storage, plan.fingerprint if plan else cfg.data)
+    # Tokenized here, before Ray starts: a bad row or token id costs no cluster time.
+    tokens = plan.build(model_config(cfg.model, vocab).vocab_size) if plan else None
+    print(tokens["summary"] if tokens else describe(cfg, None, None), flush=True)
     import ray
 
     started_here = not ray.is_initialized()
@@ -100,12 +108,11 @@ def run(cfg: TrainConfig) -> dict:
         run_started = _run_started_at(job_started)
         # From the run's start (node boot and image pull included) until every worker is there.
         clock = {"run_started_at": run_started, "waited_for_workers_s": time.time() - run_started}
-        tokens = None if cfg.data in RANDOM_MODES else _tokenized(cfg, storage)
         result = _fit(cfg, storage, vocab, use_gpu, tokens, clock)
     finally:
         if started_here:
             ray.shutdown()
-    summary = _summary(result, storage, cfg)
+    summary = _summary(result, storage, cfg, tokens["data_format"] if tokens else cfg.data)
     summary["cold_start"] = cold_start.summarize(observed, {
         "job_started": job_started, "workers_joined": joined, **(summary["cold_start"] or {})})
     if summary["stopped"]:
@@ -120,12 +127,12 @@ def _check_model_and_data(cfg: TrainConfig) -> int | None:
         if not _data_exists(cfg.data):
             raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
                             f"{RANDOM_MODES})")
-        tok_name = cfg.tokenizer or cfg.model
+        tok_name = tokenizer_name(cfg)
         if is_builtin(tok_name) and tok_name != BYTES:
             raise ModelError(f"--data text needs a tokenizer: pass --tokenizer (a Hugging Face id "
                              f"or directory) with the built-in shape {cfg.model!r}")
-        vocab = _tokenizer_vocab(tok_name)  # loadable now, not first in a Ray Data worker
-        vocab = vocab if is_builtin(cfg.model) else None
+        tok_vocab = _tokenizer_vocab(tok_name)  # loads it: a bad --tokenizer fails here
+        vocab = tok_vocab if is_builtin(cfg.model) else None
     config = model_config(cfg.model, vocab)
     limit = max_positions(config)
     if limit and cfg.seq_len > limit:
@@ -162,35 +169,13 @@ def _data_exists(uri: str) -> bool:
 
 
 def _tokenizer_vocab(name: str) -> int:
-    if name == BYTES:
-        return BYTES_VOCAB
-    from transformers import AutoTokenizer
-
     try:
-        return len(AutoTokenizer.from_pretrained(local_dir(name)))
+        return encoder(name).vocab_size()
     except (OSError, ValueError) as e:
         raise ModelError(f"--tokenizer {name!r}: cannot load it ({str(e).splitlines()[0]})") from None
 
 
-def _text_cache(cfg: TrainConfig, storage: Storage) -> tuple[TokenCache, str, str]:
-    """Where the run's tokenized text lives, the source URI and the tokenizer, made absolute."""
-    uri = cfg.data if "://" in cfg.data else os.path.abspath(cfg.data)
-    tok = cfg.tokenizer or cfg.model
-    tok = os.path.abspath(tok) if os.path.isdir(tok) else tok
-    return TokenCache.for_run(storage.filesystem, storage.run_dir(cfg.name), uri, tok,
-                              cfg.seq_len), uri, tok
-
-
-def _tokenized(cfg: TrainConfig, storage: Storage) -> dict:
-    """Tokenize the text once into the run directory (reused by reruns); what workers read."""
-    cache, uri, tok = _text_cache(cfg, storage)
-    if cache.build(uri, tok, cfg.seq_len)["samples"] < 1:
-        raise DataError(f"--data {cfg.data!r} holds no text (or too little to fill one "
-                        f"{cfg.seq_len + 1}-token sample); add text or lower --seq-len")
-    return {"directory": cache.directory, "fingerprint": cache.fingerprint}
-
-
-def _check_resume(cfg: TrainConfig, storage: Storage) -> None:
+def _check_resume(cfg: TrainConfig, storage: Storage, data_id: str) -> None:
     """Before Ray starts: refuse to resume a run on other data, and say now how its saved
     learning-rate schedule will continue."""
     from training.checkpoint import STATE_FILE, CheckpointError, RunState, latest
@@ -201,7 +186,6 @@ def _check_resume(cfg: TrainConfig, storage: Storage) -> None:
         return
     with storage.filesystem.open_input_stream(f"{ckpt.path}/{STATE_FILE}") as f:
         text = f.read().decode()
-    data_id = cfg.data if cfg.data in RANDOM_MODES else _text_cache(cfg, storage)[0].fingerprint
     try:
         notes = start_state(cfg, RunState.from_json(text, storage.display(ckpt.path)), data_id)[2]
     except CheckpointError as e:
@@ -280,7 +264,7 @@ def _root_cause(e: BaseException) -> str:
     return (ours or lines or [type(e).__name__])[-1]
 
 
-def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
+def _summary(result, storage: Storage, cfg: TrainConfig, data_format: str) -> dict:
     """The run's last metrics, which rank 0 writes to the run directory (Ray's Result keeps only
     checkpointed reports), plus the newest complete checkpoint and its size."""
     from training.checkpoint import latest
@@ -295,6 +279,9 @@ def _summary(result, storage: Storage, cfg: TrainConfig) -> dict:
         "steps": m.get("step"),
         "first_loss": m.get("first_loss"),  # the run's first step, across resumes
         "last_loss": m.get("loss"),
+        "data_format": data_format,  # text, prompt-completion, messages, or random/repeat
+        "first_eval_loss": m.get("first_eval_loss"),  # before the first step
+        "eval_loss": m.get("eval_loss"),  # the last evaluation's
         "tokens_per_s": m.get("run_tokens_per_s"),  # steps only (first step and saves left out)
         "tokens_per_s_with_checkpoints": m.get("run_tokens_per_s_with_checkpoints"),
         "mfu": m.get("mfu"),

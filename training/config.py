@@ -17,6 +17,9 @@ from typing import Any, Literal, Mapping
 TRANSPORT_EXPECTATIONS = ("any", "efa")
 REDUCE_DTYPES = ("fp32", "bf16")
 FALLBACK_ACTIONS = ("fail", "warn")
+LOSS_TOKENS = ("completion", "all")
+ATTENTION = ("sdpa", "flex_attention")
+RANDOM_DATA = ("random", "repeat")  # --data values that are not files (training.data.random_tokens)
 EXPORT_DTYPES = ("bf16", "fp32")
 
 
@@ -52,9 +55,21 @@ class TrainConfig:
     num_workers: int = field(default=2, metadata={"help": "Ray Train workers (one per GPU on GPU clusters)"})
     use_gpu: bool | None = field(default=None, metadata={"help": "one GPU per worker; default: only "
                                  "when the Ray cluster has GPUs"})
-    data: str = field(default="random", metadata={"help": "`random` (fresh deterministic random tokens "
-                      "each step), `repeat` (one random batch over and over: a learning check), or a "
-                      "path/URI of .jsonl or .parquet files with a `text` column"})
+    data: str = field(default="random", metadata={"help": "a path or s3:// URI of .jsonl or "
+                      ".parquet files with a `text`, `prompt` + `completion`, or `messages` column "
+                      "(the format is told from the columns); or `random` (fresh deterministic "
+                      "random tokens each step) or `repeat` (one random batch over and over), for "
+                      "transport and throughput checks only"})
+    loss_tokens: Literal["completion", "all"] = field(default="completion", metadata={
+        "help": "`completion`: train on completions and assistant turns only (all of `text` "
+                "data); `all`: on every token"})
+    eval_data: str | None = field(default=None, metadata={"help": "held-out data to evaluate "
+                                  "on (same formats as --data)"})
+    eval_fraction: float = field(default=0.0, metadata={"help": "hold out this fraction of "
+                                 "--data's documents (a fixed choice, never trained on) to "
+                                 "evaluate on; 0: none"})
+    eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (also before "
+                            "the first step and after the last); 0: only then"})
     storage_path: str = field(default="./runs", metadata={"help": "where checkpoints and metrics go "
                               "(local directory or s3://bucket/prefix; shared storage on clusters)"})
     name: str = field(default="qwen-fsdp", metadata={"help": "run name; the same name and storage "
@@ -78,6 +93,10 @@ class TrainConfig:
                                                "keeps them (ZeRO-2: more memory, less communication); "
                                                "default: off when they fit without activation "
                                                "checkpointing, on otherwise"})
+    attention: Literal["sdpa", "flex_attention"] = field(default="sdpa", metadata={
+        "help": "attention kernel (transformers' attn_implementation); both keep packed "
+                "documents apart: sdpa with a dense block mask, flex_attention with a block-sparse "
+                "one"})
     loss_chunk_tokens: int = field(default=2048, metadata={"help": "tokens per chunk of the fused "
                                    "LM-head + cross-entropy (never materializes the full logits); "
                                    "0 computes full logits (for comparison only)"})
@@ -156,8 +175,26 @@ class TrainConfig:
                        f"URL (got {self.mlflow_tracking_uri!r})")
         if self.on_fallback not in FALLBACK_ACTIONS:
             out.append(f"--on-fallback must be one of {FALLBACK_ACTIONS}")
+        out += self._eval_problems()
         if not self.name or "/" in self.name:
             out.append(f"--name must be a non-empty name without '/' (got {self.name!r})")
+        return out
+
+    def _eval_problems(self) -> list[str]:
+        out = []
+        if self.attention not in ATTENTION:
+            out.append(f"--attention must be one of {ATTENTION} (got {self.attention!r})")
+        if self.loss_tokens not in LOSS_TOKENS:
+            out.append(f"--loss-tokens must be one of {LOSS_TOKENS} (got {self.loss_tokens!r})")
+        if not 0 <= self.eval_fraction < 1:
+            out.append(f"--eval-fraction must be at least 0 and below 1 (got {self.eval_fraction})")
+        if self.eval_every < 0:
+            out.append(f"--eval-every must be 0 or more (got {self.eval_every})")
+        text = self.data not in RANDOM_DATA
+        if self.eval_fraction and self.eval_data:
+            out.append("--eval-fraction and --eval-data both set: evaluate on one of them")
+        if (self.eval_fraction or self.eval_data) and not text:
+            out.append(f"--eval-fraction/--eval-data need --data files (got --data {self.data})")
         return out
 
     def _batch_problems(self) -> list[str]:

@@ -13,6 +13,8 @@ from transformers import PretrainedConfig
 
 from training import loading
 from training.config import ConfigError, TrainConfig
+from training.data.packing import Batch
+from training.loss import label_count
 from training.metrics import flops_per_token
 from training.model import CausalLMWithLoss, build_model, count_params, is_builtin
 from training.memory import Footprint, cannot_fit, fits, plan_batch
@@ -49,7 +51,8 @@ class Engine:
 def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
     """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process group."""
     started = time.perf_counter()
-    lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device)  # meta if pretrained
+    lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device,  # meta if pretrained
+                     attention=cfg.attention)
     num_params = count_params(lm)
     world = dist.get_world_size() if dist.is_initialized() else 1
     mesh, layout = build_mesh(cfg.hsdp_replicas, device)
@@ -110,31 +113,42 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return Schedule.from_config(cfg).lr(step)
 
 
-def train_step(engine: Engine, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], lr: float,
+def train_step(engine: Engine, micro_batches: list[Batch | tuple], lr: float,
                grad_clip: float) -> torch.Tensor:
-    """One optimizer step over the micro-batches; returns the mean loss (a device tensor, no sync)."""
-    model, opt = engine.model, engine.optimizer
+    """One optimizer step over the micro-batches (Batch, or (inputs, labels) pairs).
+
+    The loss is a token mean over the whole step: the summed loss of every labelled token of
+    every micro-batch on every rank, divided by their count (one all-reduce of the count per
+    step), as torchtitan's trainer does and Hugging Face's "Fixing gradient accumulation"
+    (2024-10-16) explains; a mean of per-micro-batch means over-weights short completions.
+    FSDP's own division by the world size is off (parallelize.py), so the gradients, their norm
+    and the clipping are of that mean. Returns this rank's share of the loss times the world
+    size (a device tensor, no sync): its mean across ranks is the step's loss."""
+    model, opt, device = engine.model, engine.optimizer, engine.device
     for group in opt.param_groups:
         group["lr"] = lr
-    total = torch.zeros((), device=engine.device)
-    n = len(micro_batches)
+    batches = [Batch(*b).to(device) for b in micro_batches]
+    count = sum(label_count(b.labels) for b in batches).float()
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if world > 1:
+        dist.all_reduce(count)
+    total = torch.zeros((), device=device)
     keep_gathered = not engine.plan.reshard_after_forward
-    for i, (inputs, labels) in enumerate(micro_batches):
-        last = i == n - 1
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
         # Communicate once per optimizer step: no reduce-scatter/all-reduce before the last
         # micro-batch, and under ZeRO-2 (memory allows the gathered weights) no re-gathering
         # either: FSDP2's set_reshard_after_backward exists for exactly this trade.
         model.set_requires_gradient_sync(last)
         if keep_gathered:
             model.set_reshard_after_backward(last)
-        loss = model(inputs.to(engine.device, non_blocking=True),
-                     labels.to(engine.device, non_blocking=True))
-        (loss / n).backward()
+        loss = model(batch.inputs, batch.labels, batch.positions, normalizer=count)
+        loss.backward()
         total += loss.detach()
     engine.grad_norm = _grad_norm_and_clip(model, grad_clip)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    return total / n
+    return total * world
 
 
 def _grad_norm_and_clip(model: torch.nn.Module, grad_clip: float) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from training.config import TrainConfig
-from training.data import BYTES
+from training.data.tokenize import BYTES
 from training.engine import Engine
 from training.loading import local_dir
 from training.model import is_builtin, tied_aliases

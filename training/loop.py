@@ -19,9 +19,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from training import bandwidth, checkpoint, data, device_time, export, tracking, transport
+from training import bandwidth, checkpoint, device_time, export, tracking, transport
 from training.config import TrainConfig
+from training.data.packing import Batch, Samples
+from training.data.random_tokens import RANDOM_MODES, random_batch
 from training.engine import Engine, build_engine, mean_across_ranks, train_step
+from training.evaluate import Evaluator, perplexity
 from training.metrics import mfu, peak_flops
 from training.model import model_config
 from training.ray_setup import worker_context
@@ -45,7 +48,7 @@ def train_func(loop_config: dict) -> None:
     # --tokens-per-step: the engine's planner chose micro-batch and accumulation to fit memory.
     cfg = dataclasses.replace(cfg, micro_batch_size=engine.plan.micro_batch_size,
                               grad_accum=engine.plan.grad_accum)
-    tokens = loop_config.get("tokens")  # {"directory", "fingerprint"} of the tokenized text
+    tokens = loop_config.get("tokens")  # training.data.prepare.DataPlan.build: what to read
     saved = checkpoint.resume(engine)
     state, schedule, notes = start_state(cfg, saved, tokens["fingerprint"] if tokens else cfg.data)
     for note in notes if rank == 0 else ():
@@ -63,8 +66,10 @@ def train_func(loop_config: dict) -> None:
             "waited_for_workers_s": loop_config.get("waited_for_workers_s"),
             "time_to_first_step_s": None, **dataclasses.asdict(engine.plan), **engine.load,
             **bandwidth.probe(engine.mesh, device)}
+    evaluator = Evaluator.for_run(RunFiles.from_context().fs, tokens and tokens["eval"], cfg,
+                                  rank, world)
     _run_steps(cfg, engine, batch_at, state, schedule, info, rank,
-               loop_config.get("run_started_at"))
+               loop_config.get("run_started_at"), evaluator)
 
 
 def start_state(cfg: TrainConfig, saved: checkpoint.RunState | None,
@@ -95,16 +100,16 @@ def _preflight(cfg: TrainConfig) -> str:
     return "ok" if not problems else "failed: " + "; ".join(problems)
 
 
-BatchAt = Callable[[int, int, int], tuple[torch.Tensor, torch.Tensor]]
+BatchAt = Callable[[int, int, int], Batch | tuple[torch.Tensor, torch.Tensor]]
 
 
 def _batches(cfg: TrainConfig, rank: int, world: int, vocab: int, tokens: dict | None) -> BatchAt:
-    """(step, samples seen before it, micro-batch index) -> this rank's (inputs, labels)."""
-    if cfg.data in data.RANDOM_MODES:
-        return lambda step, _seen, micro: data.random_batch(
+    """(step, samples seen before it, micro-batch index) -> this rank's micro-batch."""
+    if cfg.data in RANDOM_MODES:
+        return lambda step, _seen, micro: random_batch(
             seed=cfg.seed, rank=rank, step=step, micro=micro, batch=cfg.micro_batch_size,
             seq_len=cfg.seq_len, vocab=vocab, repeat=cfg.data == "repeat")
-    samples = data.Samples(RunFiles.from_context().fs, tokens["directory"])
+    samples = Samples(RunFiles.from_context().fs, tokens["directory"])
     return lambda _step, seen, micro: samples.batch(seen, rank=rank, world=world, micro=micro,
                                                    batch=cfg.micro_batch_size)
 
@@ -192,7 +197,8 @@ def _poison(engine: Engine) -> None:
 
 
 def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: checkpoint.RunState,
-               schedule: Schedule, info: dict, rank: int, run_started_at: float | None) -> None:
+               schedule: Schedule, info: dict, rank: int, run_started_at: float | None,
+               evaluator: Evaluator | None = None) -> None:
     world = info["world_size"]
     on_gpu = engine.device.type == "cuda"
     peak = peak_flops(torch.cuda.get_device_name(engine.device) if on_gpu else None)
@@ -203,6 +209,13 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
     guard = _NonFiniteGuard(engine.device)
     pending: list[dict] = []  # metrics rows not yet in metrics.csv
     saved_step = info["resumed_from_step"]
+    if evaluator and state.step == 0:  # before the first step: what training starts from
+        first_eval = evaluator.loss(engine)
+        state = dataclasses.replace(state, first_eval_loss=first_eval)
+        pending.append({"step": 0, "eval_loss": first_eval})
+        if rank == 0:
+            print(f"step 0/{cfg.steps}  eval loss {first_eval:.4f}  "
+                  f"perplexity {perplexity(first_eval):.2f}", flush=True)
     last: dict = {"step": state.step, "first_loss": state.first_loss, **info}  # if no step runs
     first_step = state.step + 1
     untimed = True  # the window holds the first step (warm-up) or the profiled one
@@ -224,7 +237,8 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
                                     world * cfg.grad_accum * cfg.micro_batch_size)
         clock.tick()
         save = bool(cfg.checkpoint_every) and (step == cfg.steps or step % cfg.checkpoint_every == 0)
-        if save or step in (first_step, cfg.steps) or step % cfg.log_every == 0:
+        evaluate = evaluator is not None and evaluator.due(step)
+        if save or evaluate or step in (first_step, cfg.steps) or step % cfg.log_every == 0:
             try:
                 guard.check(saved_step)
             except NonFiniteError as e:  # every rank: the check is collective
@@ -239,6 +253,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
                 info["cold_start_marks"]["first_step"] = time.time()
             step_time = clock.lap(untimed=untimed)
             tps = clock.tokens_per_step / step_time
+            evaluated = {"eval_loss": evaluator.loss(engine)} if evaluate else {}
             if state.first_loss is None:
                 state = dataclasses.replace(state, first_loss=loss_value)
             metrics = last = {
@@ -250,14 +265,17 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
                 else None,
                 "run_tokens_per_s": clock.run_rate(fallback=tps),
                 "run_tokens_per_s_with_checkpoints": clock.wall_rate(),
+                "first_eval_loss": state.first_eval_loss, **evaluated,
                 **info,
             }
             pending.append(metrics)
             tracker.log({k: v for k, v in metrics.items() if k not in info}, step)
             if rank == 0:
                 mfu_text = f"  mfu {metrics['mfu']:.3f}" if metrics["mfu"] is not None else ""
+                eval_text = (f"  eval loss {evaluated['eval_loss']:.4f}  perplexity "
+                             f"{perplexity(evaluated['eval_loss']):.2f}" if evaluated else "")
                 print(f"step {step}/{cfg.steps}  loss {loss_value:.4f}  lr {metrics['lr']:.2e}  "
-                      f"tokens/s {tps:,.0f}{mfu_text}", flush=True)
+                      f"tokens/s {tps:,.0f}{mfu_text}{eval_text}", flush=True)
             if save:
                 if files:
                     files.append_metrics(pending)

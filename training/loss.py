@@ -44,9 +44,10 @@ def _compiled_chunk():
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                chunk: int, compiled: bool) -> torch.Tensor:
+                chunk: int, compiled: bool, normalizer: torch.Tensor | None) -> torch.Tensor:
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32, or fp64 when given fp64
-        n = (labels != IGNORE_INDEX).sum().clamp(min=1).to(acc)  # no host sync
+        n = label_count(labels) if normalizer is None else normalizer
+        n = n.clamp(min=1).to(acc)  # no host sync
         step = _compiled_chunk() if compiled else _chunk_loss_and_grads
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
@@ -65,12 +66,19 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
         return (grad_hidden * grad_loss.to(grad_hidden.dtype),
-                (grad_weight * grad_loss).to(ctx.weight_dtype), None, None, None)
+                (grad_weight * grad_loss).to(ctx.weight_dtype), None, None, None, None)
+
+
+def label_count(labels: torch.Tensor) -> torch.Tensor:
+    """How many labels the loss counts (a device tensor: no host sync)."""
+    return (labels != IGNORE_INDEX).sum()
 
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                               chunk_tokens: int, compiled: bool = False) -> torch.Tensor:
-    """Mean next-token loss of `hidden @ weight.T` against `labels` (shapes [N, H], [V, H], [N])
-    over the labels that are not IGNORE_INDEX; `compiled` runs each chunk's step through
-    torch.compile."""
-    return _FusedLinearCrossEntropy.apply(hidden, weight, labels, chunk_tokens, compiled)
+                               chunk_tokens: int, compiled: bool = False,
+                               normalizer: torch.Tensor | None = None) -> torch.Tensor:
+    """Summed next-token loss of `hidden @ weight.T` against `labels` (shapes [N, H], [V, H], [N])
+    over the labels that are not IGNORE_INDEX, divided by `normalizer` (default: their count, a
+    mean); `compiled` runs each chunk's step through torch.compile."""
+    return _FusedLinearCrossEntropy.apply(hidden, weight, labels, chunk_tokens, compiled,
+                                          normalizer)

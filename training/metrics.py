@@ -15,8 +15,8 @@ PEAK_BF16_TFLOPS: dict[str, float] = {
     "NVIDIA L40S": 362.0,  # L40S datasheet: 733 TFLOP/s bf16 with sparsity
 }
 
-CSV_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens_per_s_per_worker", "mfu",
-              "step_time_s", "peak_mem_gib")
+CSV_FIELDS = ("step", "loss", "eval_loss", "lr", "grad_norm", "tokens_per_s",
+              "tokens_per_s_per_worker", "mfu", "step_time_s", "peak_mem_gib")
 
 
 def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int) -> float:
@@ -52,18 +52,26 @@ def merge_csv(existing: str, rows: list[dict]) -> str:
 
 
 def plot_csv(csv_text: str, png_path: Path) -> None:
-    """Loss and throughput against step, one PNG."""
+    """Training and evaluation loss, and throughput, against step, one PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = list(csv.DictReader(io.StringIO(csv_text)))
-    steps = [int(r["step"]) for r in rows]
+
+    def series(column: str) -> tuple[list[int], list[float]]:
+        """The steps that have `column` (evaluation: only the evaluated ones) and its values."""
+        have = [r for r in rows if r.get(column)]
+        return [int(r["step"]) for r in have], [float(r[column]) for r in have]
+
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    ax1.plot(steps, [float(r["loss"]) for r in rows], marker=".")
+    ax1.plot(*series("loss"), marker=".", label="training")
+    if series("eval_loss")[0]:
+        ax1.plot(*series("eval_loss"), marker="o", color="C2", label="evaluation")
+        ax1.legend()
     ax1.set_ylabel("loss")
-    ax2.plot(steps, [float(r["tokens_per_s"] or "nan") for r in rows], marker=".", color="C1")
+    ax2.plot(*series("tokens_per_s"), marker=".", color="C1")
     ax2.set_ylabel("tokens/s (all workers)")
     ax2.set_xlabel("step")
     fig.tight_layout()

@@ -15,7 +15,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
 from training.loading import ModelError, check_model_dir, is_s3, local_dir
-from training.loss import fused_linear_cross_entropy
+from training.loss import fused_linear_cross_entropy, label_count
 
 # Qwen2.5 shapes from the published configs (Qwen/Qwen2.5-1.5B config.json); `tiny` keeps the
 # architecture (GQA, tied embeddings, RMSNorm, SwiGLU) at a size that trains on a laptop CPU.
@@ -59,7 +59,7 @@ def max_positions(config: PretrainedConfig) -> int:
 
 
 def build_model(spec: str, config: PretrainedConfig, *, seed: int,
-                device: torch.device | None = None) -> nn.Module:
+                device: torch.device | None = None, attention: str = "sdpa") -> nn.Module:
     """Random init (same weights on every rank, from `seed`) in fp32, or, for pretrained weights,
     the bare architecture on the meta device (training/loading.py fills it after sharding).
 
@@ -68,7 +68,7 @@ def build_model(spec: str, config: PretrainedConfig, *, seed: int,
     """
     torch.manual_seed(seed)
     with torch.device("meta" if not is_builtin(spec) else device or "cpu"):
-        return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
+        return AutoModelForCausalLM.from_config(config, attn_implementation=attention,
                                                 dtype=torch.float32)
 
 
@@ -102,13 +102,30 @@ class CausalLMWithLoss(nn.Module):
     def layers(self) -> nn.ModuleList:
         return self.lm.model.layers
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        hidden = self.lm.model(input_ids=input_ids).last_hidden_state
+    def hidden(self, input_ids: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """The decoder's last hidden states. Per-document `positions` with no attention mask
+        and no cache make transformers mask attention block-diagonally (masking_utils.py:
+        `find_packed_sequence_indices` runs only when `attention_mask` and `past_key_values`
+        are None; a model left at `use_cache=True` builds a cache in its forward and stays
+        causal across documents, measured in transformers 5.17)."""
+        return self.lm.model(input_ids=input_ids, position_ids=positions, attention_mask=None,
+                             use_cache=False).last_hidden_state
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
+                positions: torch.Tensor | None = None,
+                normalizer: torch.Tensor | None = None) -> torch.Tensor:
+        """The summed loss over the counted labels divided by `normalizer` (default: their
+        count, the mean)."""
+        hidden = self.hidden(input_ids, positions)
         if not self.loss_chunk_tokens:  # unfused baseline: full fp32 logits
             logits = self.lm.lm_head(hidden).float()
-            return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+            total = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(),
+                                                reduction="sum")
+            n = label_count(labels) if normalizer is None else normalizer
+            return total / n.clamp(min=1)
         return fused_linear_cross_entropy(hidden.flatten(0, 1), self.lm.lm_head.weight,
-                                          labels.flatten(), self.loss_chunk_tokens, self.compile_loss)
+                                          labels.flatten(), self.loss_chunk_tokens,
+                                          self.compile_loss, normalizer)
 
 
 def _looks_like_path(spec: str) -> bool:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from training.model import CausalLMWithLoss
 
@@ -46,6 +46,16 @@ def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_
         last = i == len(layers) - 1
         fully_shard(layer, reshard_after_forward=reshard_after_forward and not last, **kwargs)
     fully_shard(model, **kwargs)
+    # The training step divides its loss by the labelled tokens of all ranks (engine.train_step),
+    # so the reduction sums gradients instead of averaging them over ranks, as torchtitan does.
+    # A factor of 1 alone becomes NCCL's PREMUL_SUM(1), which gloo refuses; with sum-only
+    # comms it is a plain SUM and no division (_fsdp_collectives.py, _get_gradient_divide_factors).
+    # Set on every FSDP module: each setter covers only its own module's parameter group
+    # (torch/distributed/fsdp/_fully_shard/_fully_shard.py, read in 2.13).
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
     if prefetch_layers:
         set_prefetch(list(layers), prefetch_layers)
     return model

@@ -18,7 +18,7 @@ def worker_env() -> dict[str, str]:
 
 def init_ray(address: str | None) -> None:
     """Join the cluster at `address`, or start a local Ray with a couple of spare logical CPUs
-    for Ray Data beside the train workers and the repository on the workers' import path."""
+    beside the train workers and the repository on the workers' import path."""
     import ray
 
     if address:

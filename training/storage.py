@@ -51,7 +51,7 @@ def s3_env() -> dict[str, str]:
 
 
 def resolve(uri: str, flag: str = "--storage-path") -> Storage:
-    """Where `uri` (the value of `flag`, for messages) lives: a pyarrow filesystem and path."""
+    """`uri` (a local path or s3://) on its filesystem; `flag` names it in errors."""
     if uri.startswith("s3://"):
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if not endpoint:  # AWS itself: pyarrow finds the bucket's Region
@@ -70,7 +70,7 @@ def resolve(uri: str, flag: str = "--storage-path") -> Storage:
             kwargs["region"] = region
         return Storage(uri, f"{parsed.netloc}{parsed.path}".rstrip("/"), pafs.S3FileSystem(**kwargs))
     if "://" in uri:
-        raise StorageError(f"{flag} {uri!r}: only local directories and s3:// are supported")
+        raise StorageError(f"{flag} {uri!r}: only local paths and s3:// are supported")
     return Storage(uri, os.path.abspath(os.path.expanduser(uri)), pafs.LocalFileSystem())
 
 

@@ -8,6 +8,7 @@ from datetime import date
 import pytest
 
 from stack.config import ConfigError, parse
+from tests.conftest import REPO
 from tests.stack.stacks import STACK_FILES, raw_config, stack_name
 
 
@@ -244,6 +245,21 @@ def test_job_settings_are_checked_with_the_runs_real_worker_count():
 def test_the_default_batch_is_large_and_follows_the_run(nodes, training, tokens):
     cfg = parse({"gpuNodeCount": nodes, "training": json.dumps(training)}, "us-west-2")
     assert cfg.training.tokens_per_step == tokens and cfg.training.reduce_dtype == "bf16"
+
+
+def test_a_stack_fine_tunes_the_shipped_instructions_unless_it_sets_data():
+    """Never the pretrained checkpoint on random tokens by default: the shipped instruction set
+    (inside the code bundle), with a held-out split and a full fine-tuning learning rate."""
+    from workloads.code_bundle import bundle
+
+    default = parse({}, "us-west-2").training
+    assert default.data == "training/data/sample_data/instructions.jsonl" and default.lr <= 2e-5
+    assert default.eval_fraction > 0 and default.eval_every > 0
+    shipped = {item["path"] for item in bundle(REPO).items}
+    assert default.data in shipped
+    # A stack's own data (here random tokens for a transport check) drops the default split.
+    own = parse({"training": json.dumps({"data": "random"})}, "us-west-2").training
+    assert (own.data, own.eval_fraction, own.eval_every) == ("random", 0.0, 0)
 
 
 def test_cost_outside_the_price_table_is_labelled_an_estimate():

@@ -21,13 +21,41 @@ def tokenizer_dir(tmp_path_factory):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    corpus = [line for line in (REPO / "training/sample_data/tiny_corpus.jsonl").read_text().splitlines()]
+    corpus = (REPO / "training/data/sample_data/tiny_corpus.jsonl").read_text().splitlines()
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"]))
     out = tmp_path_factory.mktemp("tokenizer")
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def qwen_template_tokenizer(tmp_path_factory):
+    """A small byte-level BPE with Qwen2.5's special tokens, EOS and chat template (read from
+    ../shared/reference/qwen2.5, never copied here): the real template on an offline tokenizer."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.conftest import SHARED, need
+
+    ref = json.loads(need(SHARED / "reference/qwen2.5/tokenizer_config.json").read_text())
+    specials = [t["content"] for _, t in sorted(ref["added_tokens_decoder"].items(),
+                                                key=lambda kv: int(kv[0]))]
+    corpus = (REPO / "training/data/sample_data/tiny_corpus.jsonl").read_text().splitlines()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    out = tmp_path_factory.mktemp("qwen-template-tokenizer")
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=ref["eos_token"],
+                            pad_token=ref["pad_token"],
+                            chat_template=ref["chat_template"]).save_pretrained(out)
     return out
 
 
@@ -94,3 +122,17 @@ def mlflow_server(tmp_path_factory):
     yield uri
     os.killpg(proc.pid, signal.SIGTERM)  # the server and the workers it started
     proc.wait(timeout=30)
+
+
+@pytest.fixture()
+def no_ray(monkeypatch):
+    """cli.run with Ray not started and not startable."""
+    import ray
+
+    from training import cli
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("Ray was started for input that is known bad beforehand")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(cli, "init_ray", refuse)

@@ -97,7 +97,8 @@ def _train_and_export(root: str) -> dict:
     import dataclasses
 
     from training.config import TrainConfig
-    from training.data import BYTES, BYTES_VOCAB, random_batch
+    from training.data.random_tokens import random_batch
+    from training.data.tokenize import BYTES, BYTES_VOCAB
     from training.engine import build_engine, train_step
 
     cfg = TrainConfig(model="tiny", tokenizer=BYTES, num_workers=2, use_gpu=False, export=True)

@@ -51,7 +51,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 
     from training.bandwidth import probe
     from training.config import TrainConfig
-    from training.data import random_batch
+    from training.data.random_tokens import random_batch
     from training.engine import build_engine, mean_across_ranks, train_step
     from training.model import model_config
 
@@ -111,16 +111,18 @@ def test_accumulation_communicates_once_per_optimizer_step(runs):
     groups = runs["hsdp"]["groups"]  # decoder layers + root
     # Warm steps (FSDP2 initializes lazily on the first): with 2 micro-batches, exactly the
     # collectives of a 1-micro-batch step: one all-gather per group (ZeRO-2 keeps the gathered
-    # weights across micro-batches), one reduce-scatter per group, and under HSDP one all-reduce
-    # per group; the rest is the gradient norm's all-reduce.
+    # weights across micro-batches), one reduce-scatter per group, under HSDP one all-reduce
+    # per group, and one all-reduce of the step's labelled-token count (the loss's divisor);
+    # the rest is the gradient norm's all-reduce.
     assert runs["hsdp"]["counts"][1:] == runs["hsdp-accum1"]["counts"][1:]
-    for name, all_reduces in (("fsdp", None), ("hsdp", groups)):
+    for name, all_reduces in (("fsdp", 0), ("hsdp", groups)):
         for counts in runs[name]["counts"][1:]:
             assert counts == {"allgather": groups, "reduce_scatter": groups,
-                              **({"allreduce": all_reduces} if all_reduces else {})}
+                              "allreduce": all_reduces + 1}
     # ZeRO-3 re-gathers per micro-batch, but still reduces once per step.
     zero3 = runs["hsdp-zero3"]["counts"][-1]
-    assert zero3["allgather"] > groups and zero3["reduce_scatter"] == zero3["allreduce"] == groups
+    assert zero3["allgather"] > groups and zero3["reduce_scatter"] == groups
+    assert zero3["allreduce"] == groups + 1
 
 
 def test_warm_up_probe_measures_both_groups(runs):

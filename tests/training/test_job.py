@@ -16,6 +16,7 @@ from tests.training import kube_fake
 from tests.training.conftest import free_port
 from training import checkpoint, cli, kube_api
 from training.config import ConfigError, TrainConfig
+from training.data.synthetic import SHIPPED
 from training.engine import lr_at
 from training.schedule import Schedule
 from workloads.rbac import head_rbac
@@ -32,7 +33,8 @@ def read_metrics(tmp_path, name="qwen-fsdp") -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path, monkeypatch):
+def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path, monkeypatch,
+                                                                     capsys):
     started = tmp_path / "run-started-at"  # as the run's Ray head records it, 100 s ago
     started.write_text(str(int(time.time()) - 100))
     monkeypatch.setenv(cli.RUN_STARTED_ENV, str(started))
@@ -59,6 +61,8 @@ def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path,
     # Time to first step counts from the run's start, and the workers' wait is part of it.
     assert 100 <= s["waited_for_workers_s"] < s["time_to_first_step_s"], s
     assert (tmp_path / "runs/qwen-fsdp/metrics.png").stat().st_size > 0
+    assert s["data_format"] == "repeat"
+    assert "for transport and throughput checks only" in capsys.readouterr().out
 
 
 def test_rerun_resumes_continues_steps_schedule_first_loss_and_mlflow_run_skipping_torn_saves(
@@ -95,12 +99,23 @@ def test_rerun_resumes_continues_steps_schedule_first_loss_and_mlflow_run_skippi
     assert {"summary.json", "metrics.png"} <= tracked["artifacts"]
 
 
-def test_worker_killed_right_after_a_save_resumes_from_that_save(tmp_path):
+def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_eval_losses(
+        tmp_path):
+    chat = ["--data", str(SHIPPED), "--tokenizer", "bytes", "--seq-len", "64",
+            "--micro-batch-size", "2", "--eval-fraction", "0.05", "--eval-every", "2",
+            "--steps", "6", "--checkpoint-every", "4", "--log-every", "1"]
+    straight = run(tmp_path, *chat, "--name", "straight")
     # No grace period: the dying rank exits as soon as the save returns, before Ray Train's
     # controller polls and registers the checkpoint; the COMPLETE marker still finds it.
-    s = run(tmp_path, "--steps", "6", "--checkpoint-every", "4", "--max-failures", "1",
-            "--fault-at-step", "4", "--log-every", "1")
+    s = run(tmp_path, *chat, "--max-failures", "1", "--fault-at-step", "4")
     assert s["steps"] == 6 and s["resumed_from_step"] == 4
+    # Evaluated before step 1, at 2 and 4 (first attempt) and 6 (after the resume): the same
+    # losses as the uninterrupted run, to the bit.
+    evals = [{r["step"]: r["eval_loss"] for r in read_metrics(tmp_path, name) if r["eval_loss"]}
+             for name in ("straight", "qwen-fsdp")]
+    assert list(evals[0]) == ["0", "2", "4", "6"] and evals[0] == evals[1]
+    assert (s["first_eval_loss"], s["eval_loss"]) == (straight["first_eval_loss"],
+                                                      straight["eval_loss"])
 
 
 def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_path):
@@ -115,7 +130,7 @@ def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_
 
 def test_trains_exports_to_s3_and_the_next_run_continues_from_that_export(
         tmp_path, tokenizer_dir, s3_server, mlflow_server):
-    text = ["--data", str(REPO / "training/sample_data/tiny_corpus.jsonl"), "--seq-len", "64",
+    text = ["--data", str(REPO / "training/data/sample_data/tiny_corpus.jsonl"), "--seq-len", "64",
             "--micro-batch-size", "2", "--checkpoint-every", "0", "--local",
             "--storage-path", "s3://ckpt/runs"]
     s = cli.run(cli.parse([*text, "--tokenizer", str(tokenizer_dir), "--steps", "12",
@@ -186,18 +201,6 @@ def mlflow_run(uri: str, run_id: str) -> dict:
             "artifacts": {a.path for a in client.list_artifacts(run_id)}}
 
 
-@pytest.fixture()
-def no_ray(monkeypatch):
-    """cli.run with Ray not started and not startable."""
-    import ray
-
-    def refuse(*_args, **_kwargs):
-        raise AssertionError("Ray was started for input that is known bad beforehand")
-
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(cli, "init_ray", refuse)
-
-
 def test_more_workers_than_the_cluster_has_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="needs 64 CPUs"):
         run(tmp_path, "--num-workers", "64")
@@ -206,7 +209,7 @@ def test_more_workers_than_the_cluster_has_is_refused(tmp_path):
 def test_empty_dataset_is_rejected_before_training(tmp_path, tokenizer_dir):
     empty = tmp_path / "empty.jsonl"
     empty.write_text(json.dumps({"text": ""}) + "\n")
-    with pytest.raises(ValueError, match="holds no text"):
+    with pytest.raises(ValueError, match="empty.jsonl row 1: no token to train on"):
         run(tmp_path, "--data", str(empty), "--tokenizer", str(tokenizer_dir))
 
 
@@ -217,9 +220,14 @@ def test_demo_learns_the_sample_text_and_logs_and_plots_every_step(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 12 and summary["resumed_from_step"] is None
-    # From a uniform guess over 257 byte values (ln 257 = 5.55) to the bytes of English words.
+    assert summary["data_format"] == "messages" and "loss on the assistant turns" in proc.stdout
+    # From a uniform guess over 257 byte values (ln 257 = 5.55) to the bytes of the answers,
+    # on the held-out split as well.
     assert summary["last_loss"] < summary["first_loss"] - 1.0, summary
-    assert [int(r["step"]) for r in read_metrics(tmp_path, "demo")] == list(range(1, 13))
+    assert summary["eval_loss"] < summary["first_eval_loss"] - 1.0, summary
+    rows = read_metrics(tmp_path, "demo")
+    assert [int(r["step"]) for r in rows] == list(range(0, 13))  # step 0: the first evaluation
+    assert [int(r["step"]) for r in rows if r["eval_loss"]] == [0, 5, 10, 12]
     assert (tmp_path / "runs/demo/metrics.png").stat().st_size > 0
     assert summary["nccl_transport"] == "not-used"  # gloo: says so rather than guessing
     # What the defaults resolved to on CPU: eager, ZeRO-3, no activation checkpointing.

@@ -8,7 +8,7 @@ import torch
 
 from training import cli
 from training.config import ConfigError
-from training.data import random_batch
+from training.data.random_tokens import random_batch
 from training.loss import fused_linear_cross_entropy
 from training.metrics import flops_per_token, merge_csv, mfu, peak_flops
 from training.model import build_model, count_params, model_config
@@ -81,6 +81,18 @@ def test_cli_reports_every_bad_flag_at_once():
     text = str(e.value)
     for flag in ("--steps", "--micro-batch-size", "--lr", "--name"):
         assert flag in text
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--data", "d.jsonl", "--eval-fraction", "1"], "--eval-fraction must be at least 0 and"),
+    (["--data", "d.jsonl", "--eval-every", "-1"], "--eval-every must be 0 or more"),
+    (["--data", "d.jsonl", "--eval-fraction", "0.1", "--eval-data", "e.jsonl"],
+     "--eval-fraction and --eval-data both set"),
+    (["--data", "random", "--eval-fraction", "0.1"], "--eval-fraction/--eval-data need --data"),
+])
+def test_evaluation_settings_are_validated_naming_the_flag(flags, message):
+    with pytest.raises(ConfigError, match=message):
+        cli.parse(flags)
 
 
 def test_local_flag_is_the_laptop_default_and_other_flags_still_apply():

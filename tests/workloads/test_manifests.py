@@ -259,7 +259,7 @@ def _non_default(f, hint):
     import typing
 
     # Batch settings must fit the others (seq 128 + 3 below; a worker count dividing 8).
-    valid = {"tokens_per_step": 131 * 8 * 3, "hsdp_replicas": 2}
+    valid = {"tokens_per_step": 131 * 8 * 3, "hsdp_replicas": 2, "eval_fraction": 0.1}
     if f.name in valid:
         return valid[f.name]
     args = typing.get_args(hint)
@@ -287,11 +287,15 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
     hints = typing.get_type_hints(TrainConfig)
     wanted = {f.name: _non_default(f, hints[f.name]) for f in dataclasses.fields(TrainConfig)
               if f.name not in SET_BY_THE_STACK}
-    cfg = stack(training=json.dumps({setting_key(k): v for k, v in wanted.items()}))
-    args = shlex.split(build_rayjob(cfg, code, S3)["spec"]["entrypoint"])
-    job = parse_flags(args[3:])
-    assert {k: getattr(job, k) for k in wanted} == wanted
-    assert job.num_workers == cfg.num_workers and job.storage_path == S3 and job.use_gpu
+    # One evaluation set at a time: --eval-data takes the place of --eval-fraction.
+    exclusive = {"eval_fraction": wanted.pop("eval_fraction")}
+    for settings in (wanted, {**{k: v for k, v in wanted.items() if k != "eval_data"},
+                              **exclusive}):
+        cfg = stack(training=json.dumps({setting_key(k): v for k, v in settings.items()}))
+        args = shlex.split(build_rayjob(cfg, code, S3)["spec"]["entrypoint"])
+        job = parse_flags(args[3:])
+        assert {k: getattr(job, k) for k in settings} == settings
+        assert job.num_workers == cfg.num_workers and job.storage_path == S3 and job.use_gpu
 
 
 def test_job_defaults_on_the_cluster_recover_from_a_lost_worker(code):

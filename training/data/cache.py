@@ -1,0 +1,137 @@
+"""The tokenized, packed form of a run's data in the run directory, named by a fingerprint of its
+source, tokenizer and packing settings.
+
+Built once on the driver, before Ray starts (so every bad row is reported with its file and row
+first), in the source's file and row order. Documents are concatenated and cut into
+`seq_len + 1`-token samples; each token is a uint32 whose low 30 bits are its id and whose high
+bits say whether the loss trains on it and whether it starts a document (packing.py turns them
+into labels and per-document positions). `--eval-fraction` holds out a deterministic set of
+documents, written to their own file and never trained on. `index.json` is written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.fs as pafs
+
+from training.data import DataError
+from training.data.formats import FORMATS, RowError, detect, tokens
+from training.data.source import Source
+from training.data.tokenize import Encoder
+
+INDEX_FILE = "index.json"
+TOKENS_FILE, EVAL_FILE = "tokens.u32", "eval.u32"
+DTYPE = np.dtype("<u4")
+TRAINED, START = np.uint32(1 << 31), np.uint32(1 << 30)
+ID_MASK = (1 << 30) - 1
+LAYOUT = 2  # of the token file: 1 had bare ids; a cache of another layout is never reused
+
+
+def held_out(document: int, fraction: float) -> bool:
+    """Whether document `document` (0-based, in source order) is in the evaluation split: a
+    multiplicative (golden-ratio) hash spreads the held-out documents evenly through the data."""
+    return fraction > 0 and ((document * 0x9E3779B1) & 0xFFFFFFFF) / 2**32 < fraction
+
+
+def fingerprint(source: Source, tokenizer_name: str, seq_len: int, loss_tokens: str = "completion",
+                eval_fraction: float = 0.0) -> str:
+    """Changes with the data's contents (source.py: `identity`) and every setting that shapes the
+    tokenized form."""
+    where = None if isinstance(source.fs, pafs.LocalFileSystem) else source.uri
+    key = json.dumps([LAYOUT, where, tokenizer_name, seq_len, loss_tokens, eval_fraction,
+                      source.identity()])
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+class _Packed:
+    """An output stream of packed tokens; counts what it holds."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str):
+        self.out = fs.open_output_stream(path)
+        self.tokens = self.documents = 0
+
+    def add(self, ids: list[int], trained: list[bool]) -> None:
+        flags = np.where(np.asarray(trained), TRAINED, np.uint32(0))
+        flags[0] |= START
+        self.out.write((np.asarray(ids, dtype=DTYPE) | flags).astype(DTYPE).tobytes())
+        self.tokens += len(ids)
+        self.documents += 1
+
+    def close(self, block: int, pad: bool) -> int:
+        """Samples held; `pad` fills the last partial sample with untrained document starts
+        (evaluation keeps its every document), otherwise the tail is left unread."""
+        if pad and self.tokens % block:
+            fill = block - self.tokens % block
+            self.out.write(np.full(fill, START, dtype=DTYPE).tobytes())
+            self.tokens += fill
+        self.out.close()
+        return self.tokens // block
+
+
+@dataclass(frozen=True)
+class TokenCache:
+    """The tokenized, packed samples of one run's data in `directory` on `fs`."""
+    fs: pafs.FileSystem
+    directory: str
+    fingerprint: str
+
+    @classmethod
+    def for_run(cls, fs: pafs.FileSystem, run_dir: str, source: Source, tokenizer_name: str,
+                seq_len: int, loss_tokens: str = "completion",
+                eval_fraction: float = 0.0) -> "TokenCache":
+        fp = fingerprint(source, tokenizer_name, seq_len, loss_tokens, eval_fraction)
+        return cls(fs, f"{run_dir}/tokens-{fp}", fp)
+
+    def index(self) -> dict | None:
+        path = f"{self.directory}/{INDEX_FILE}"
+        if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return None
+        with self.fs.open_input_stream(path) as f:
+            return json.loads(f.read())
+
+    def build(self, source: Source, enc: Encoder, seq_len: int, loss_tokens: str = "completion",
+              eval_fraction: float = 0.0, pad: bool = False) -> dict:
+        """Tokenize and pack `source` here; reused when present. `pad` keeps the last partial
+        sample (for a set that is only evaluated)."""
+        if (existing := self.index()) is not None:
+            return existing
+        self.fs.create_dir(self.directory, recursive=True)
+        try:
+            index = self._pack(source, enc, seq_len + 1, loss_tokens, eval_fraction, pad)
+        except BaseException:
+            self.fs.delete_dir(self.directory)  # nothing half-written stays behind
+            raise
+        with self.fs.open_output_stream(f"{self.directory}/{INDEX_FILE}") as f:
+            f.write(json.dumps(index).encode())
+        return index
+
+    def _pack(self, source: Source, enc: Encoder, block: int, loss_tokens: str,
+              eval_fraction: float, pad: bool) -> dict:
+        train = _Packed(self.fs, f"{self.directory}/{TOKENS_FILE}")
+        held = _Packed(self.fs, f"{self.directory}/{EVAL_FILE}")
+        fmt, max_id, trained_tokens = None, -1, 0
+        for doc, (where, number, row) in enumerate(source.rows()):
+            try:
+                fmt = fmt or detect(list(row))
+                missing = [c for c in FORMATS[fmt] if c not in row]
+                if missing:
+                    raise RowError(f"no `{missing[0]}` column (the data is {fmt}: "
+                                   f"{' + '.join(FORMATS[fmt])}, from its first row)")
+                ids, trained = tokens(row, fmt, enc, loss_tokens)
+            except RowError as e:
+                raise DataError(f"{where} row {number}: {e}") from None
+            max_id = max(max_id, max(ids))
+            if max_id > ID_MASK:
+                raise DataError(f"{where} row {number}: token id {max_id} is beyond the "
+                                f"{ID_MASK + 1:,} this cache can hold")
+            (held if held_out(doc, eval_fraction) else train).add(ids, trained)
+            trained_tokens += sum(trained)
+        return {"samples": train.close(block, pad), "eval_samples": held.close(block, True),
+                "sample_tokens": block, "source": source.uri, "data_format": fmt,
+                "documents": train.documents, "eval_documents": held.documents,
+                "max_token_id": max_id, "loss_tokens": loss_tokens,
+                "trained_tokens": trained_tokens}

@@ -1,0 +1,101 @@
+"""The driver's side of the data path: before Ray starts, tokenize and pack `--data` (and the
+evaluation set) into the run directory, check the token ids against the model's vocabulary, and
+say what the run trains on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from training.config import RANDOM_DATA, TrainConfig
+from training.data import DataError
+from training.data.cache import EVAL_FILE, TOKENS_FILE, TokenCache
+from training.data.source import Source
+from training.data.tokenize import BYTES, encoder
+from training.storage import Storage
+
+TRAINS_ON = {"text": "every token", "prompt-completion": "the completions",
+             "messages": "the assistant turns"}
+
+
+def tokenizer_name(cfg: TrainConfig) -> str:
+    """--tokenizer (default --model), a directory made absolute."""
+    name = cfg.tokenizer or cfg.model
+    return os.path.abspath(name) if os.path.isdir(name) else name
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """Where a run's tokenized data lives; built once per job on the driver."""
+    cfg: TrainConfig
+    source: Source
+    cache: TokenCache
+    eval_source: Source | None
+    eval_cache: TokenCache | None
+
+    @classmethod
+    def for_run(cls, cfg: TrainConfig, storage: Storage) -> "DataPlan | None":
+        """None for random tokens."""
+        if cfg.data in RANDOM_DATA:
+            return None
+        run_dir, tok = storage.run_dir(cfg.name), tokenizer_name(cfg)
+        source = Source.open(cfg.data)
+        cache = TokenCache.for_run(storage.filesystem, run_dir, source, tok, cfg.seq_len,
+                                   cfg.loss_tokens, cfg.eval_fraction)
+        eval_source = Source.open(cfg.eval_data, "--eval-data") if cfg.eval_data else None
+        eval_cache = eval_source and TokenCache.for_run(storage.filesystem, run_dir, eval_source,
+                                                        tok, cfg.seq_len, cfg.loss_tokens)
+        return cls(cfg, source, cache, eval_source, eval_cache)
+
+    @property
+    def fingerprint(self) -> str:
+        """The training data's identity (a resume on other data is refused)."""
+        return self.cache.fingerprint
+
+    def build(self, model_vocab: int) -> dict:
+        """Tokenize (or reuse), check, and return what the workers read."""
+        cfg, tok = self.cfg, tokenizer_name(self.cfg)
+        enc = encoder(tok)
+        index = self.cache.build(self.source, enc, cfg.seq_len, cfg.loss_tokens,
+                                 cfg.eval_fraction)
+        _check_vocab(index, model_vocab, tok, cfg)
+        if index["samples"] < 1:
+            raise DataError(f"--data {cfg.data!r} holds no text (or too little to fill one "
+                            f"{cfg.seq_len + 1}-token sample); add data or lower --seq-len")
+        evaluated = None
+        if self.eval_cache is not None:
+            ev = self.eval_cache.build(self.eval_source, enc, cfg.seq_len, cfg.loss_tokens,
+                                       pad=True)
+            evaluated = {"directory": self.eval_cache.directory, "file": TOKENS_FILE,
+                         "count_key": "samples", "samples": ev["samples"]}
+            _check_vocab(ev, model_vocab, tok, cfg)
+        elif cfg.eval_fraction:
+            if index["eval_samples"] < 1:
+                raise DataError(f"--eval-fraction {cfg.eval_fraction} of --data {cfg.data!r} "
+                                "holds no document; raise it or use --eval-data")
+            evaluated = {"directory": self.cache.directory, "file": EVAL_FILE,
+                         "count_key": "eval_samples", "samples": index["eval_samples"]}
+        return {"directory": self.cache.directory, "fingerprint": self.fingerprint,
+                "data_format": index["data_format"], "eval": evaluated,
+                "summary": describe(cfg, index, evaluated)}
+
+
+def _check_vocab(index: dict, model_vocab: int, tok: str, cfg: TrainConfig) -> None:
+    """An id beyond the embedding would be a device-side assert on the cluster, after boot."""
+    if index["max_token_id"] >= model_vocab:
+        raise DataError(f"the data's token ids reach {index['max_token_id']} (tokenizer "
+                        f"{tok!r}) but --model {cfg.model!r} has a vocabulary of {model_vocab}: "
+                        "use the model's own tokenizer (--tokenizer) or another model")
+
+
+def describe(cfg: TrainConfig, index: dict | None, evaluated: dict | None) -> str:
+    """The log's line on what the run trains on."""
+    if index is None:
+        return (f"data: {cfg.data} tokens, for transport and throughput checks only: nothing "
+                "real is learned (pass --data with text, prompt/completion or messages files)")
+    fmt = index["data_format"]
+    trains_on = "every token" if cfg.loss_tokens == "all" else TRAINS_ON[fmt]
+    held = f"; evaluated on {evaluated['samples']} samples" if evaluated else ""
+    tokenizer = "bytes (built in)" if tokenizer_name(cfg) == BYTES else tokenizer_name(cfg)
+    return (f"data: {fmt} format, {index['documents']} documents in {index['samples']} samples "
+            f"of {cfg.seq_len + 1} tokens (tokenizer {tokenizer}), loss on {trains_on}{held}")
