@@ -6,12 +6,14 @@ One invocation, through Ray Train with one worker per visible GPU, measures
   - `reference`: what the AWS sample does (FSDP1 via `prepare_model` with a size-based wrap policy
     at 1e7 parameters, model in bf16, plain AdamW, Hugging Face's loss; with --grad-accum it
     accumulates as plain PyTorch does, reducing gradients on every micro-batch),
+  - `reference-no-sync`: the same, accumulating under FSDP1's `no_sync()` (once per step),
   - `ours`: the real step of `training/` (`engine.build_engine` + `engine.train_step`), and any
     lever variants named with --variants,
 on the same micro-batches and tokens per optimizer step, warm-up excluded, timed with CUDA events.
 For the step-time model (`python -m bench.step_model --check`) each row also records the warm-up
 bandwidth probe of the variant's groups and, for ours, the compute time of one micro-batch with no
-communication at all. It prints a table, writes a JSON result, and appends rows to bench/RESULTS.md.
+communication at all. It prints a table and writes a JSON result; bench/RESULTS.md is rendered from
+the JSON results in bench/runs/ (`python -m bench.results`), so CPU rehearsals never reach it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ VARIANTS: dict[str, dict] = {
 }
 DOCUMENTS_PER_ROW = {"ours-docs4": 4, "ours-docs4-flex": 4}
 REFERENCE = "reference"
+# The same FSDP1 call, accumulating under FSDP1's `no_sync()`: it too communicates once per
+# optimizer step, the strongest plain-PyTorch reference (vs_reference stays against REFERENCE).
+REFERENCE_NO_SYNC = "reference-no-sync"
+REFERENCES = (REFERENCE, REFERENCE_NO_SYNC)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,20 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=8, help="timed steps per variant")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per variant")
     ap.add_argument("--variants", default="reference,ours",
-                    help=f"comma-separated: {REFERENCE}, {', '.join(VARIANTS)}")
+                    help=f"comma-separated: {', '.join(REFERENCES)}, {', '.join(VARIANTS)}")
     ap.add_argument("--num-workers", type=int, default=None, help="default: one per visible GPU, "
                     "2 on CPU")
     ap.add_argument("--label", default="", help="free text for the results row (e.g. the lever)")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--work-dir", type=Path, default=Path("/tmp/bench-runs"),
                     help="Ray Train's scratch storage for the run")
-    ap.add_argument("--results-md", type=Path, default=Path("bench/RESULTS.md"))
     ap.add_argument("--profile-dir", type=Path, default=None, help="after timing, profile 2 more "
                     "steps of each variant on rank 0: a gzipped Chrome trace per variant here (on "
                     "rank 0's node) and a breakdown of the step's device time in the JSON and table")
-    ap.add_argument("--from-json", type=Path, nargs="+", default=None, help="append the rows of "
-                    "saved --json-out results to --results-md instead of measuring (for results "
-                    "brought back from the GPU machine)")
     return ap
 
 
@@ -138,8 +140,12 @@ def _matmul_tflops(device) -> float | None:
     return 2 * n**3 / statistics.median(times) / 1e12
 
 
-def _reference_step(model_cfg, device):
-    """The AWS sample's setup: FSDP1 size-based wrap (1e7), bf16 model, plain AdamW, HF loss."""
+def _reference_step(model_cfg, device, no_sync: bool = False):
+    """The AWS sample's setup: FSDP1 size-based wrap (1e7), bf16 model, plain AdamW, HF loss;
+    `no_sync` accumulates all but the last micro-batch inside FSDP1's `no_sync()` (unsharded
+    gradients kept, one reduce-scatter per optimizer step: torch/distributed/fsdp/
+    fully_sharded_data_parallel.py `no_sync`)."""
+    import contextlib
     import functools
 
     import ray.train.torch
@@ -155,8 +161,10 @@ def _reference_step(model_cfg, device):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
     def step(micro):
-        for inputs, labels in micro:  # FSDP1 without no_sync: reduce-scatter every micro-batch
-            (model(input_ids=inputs, labels=inputs).loss / len(micro)).backward()
+        for i, (inputs, labels) in enumerate(micro):  # without no_sync: reduce every micro-batch
+            quiet = no_sync and i < len(micro) - 1
+            with model.no_sync() if quiet else contextlib.nullcontext():
+                (model(input_ids=inputs, labels=inputs).loss / len(micro)).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step, (model, opt)
@@ -267,10 +275,10 @@ def bench_func(opts: dict) -> None:
         docs = DOCUMENTS_PER_ROW.get(name)
         row_batches = _with_documents(batches, docs, base.seq_len) if docs else batches
         try:
-            if name == REFERENCE:
+            if name in REFERENCES:
                 if device.type != "cuda":
                     raise RuntimeError("skipped: FSDP1 prepare_model needs a GPU")
-                step, keep = _reference_step(model_cfg, device)
+                step, keep = _reference_step(model_cfg, device, no_sync=name == REFERENCE_NO_SYNC)
                 row["bandwidth"] = _probe_reference(device)
             else:
                 from training.bandwidth import probe
@@ -288,7 +296,7 @@ def bench_func(opts: dict) -> None:
                        tokens_per_step=cfg.tokens_per_step_per_worker * world)
             row["peak_mem_gib"] = (torch.cuda.max_memory_allocated(device) / 2**30
                                    if device.type == "cuda" else None)  # before the probe below
-            if name != REFERENCE:
+            if name not in REFERENCES:
                 try:
                     row["compute_ms_per_micro_batch"] = 1000 * _compute_only_seconds(
                         keep, row_batches[0], device)
@@ -369,11 +377,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
         if ref and "tokens_per_s_per_gpu" in row:
             row["vs_reference"] = row["tokens_per_s_per_gpu"] / ref["tokens_per_s_per_gpu"]
     result["settings"] = {k: v for k, v in vars(args).items()
-                          if k not in ("json_out", "results_md", "work_dir", "from_json",
-                                       "profile_dir")}
+                          if k not in ("json_out", "work_dir", "profile_dir")}
     result["settings"]["json_out"] = str(args.json_out) if args.json_out else None
     result["env"]["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     result["env"]["command"] = "python -m bench " + shlex.join(argv)
+    result["kind"] = "throughput"
     return result
 
 
@@ -409,13 +417,7 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-RESULTS_HEADER = ("| date (UTC) | GPU x world | torch / NCCL | variant | seq | mb | budget GiB | "
-                  "tok/s/GPU | MFU (measured matmul) | step ms | peak GiB | vs reference | "
-                  "NCCL transport | label | command |\n"
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-
-
-def _variant_cell(row: dict) -> str:
+def variant_cell(row: dict) -> str:
     """The variant with what its settings resolved to, e.g. `ours (compiled, ZeRO-2)`: `ours` means
     the job's defaults, which change over time (rows before 2026-11-30 carry no plan; rows before
     issue 14 carry no mesh, reduce dtype or accumulation)."""
@@ -429,29 +431,9 @@ def _variant_cell(row: dict) -> str:
         plan += [f"mesh {row['mesh']}", f"{row['reduce_dtype']} reduce"]
     if row.get("grad_accum", 1) > 1:
         plan.append(f"x{row['grad_accum']} accumulation")
+        if row.get("accum_dtype", row["reduce_dtype"]) != row["reduce_dtype"]:
+            plan.append(f"{row['accum_dtype']} accumulation")
     return f"{row['variant']} ({', '.join(plan)})"
-
-
-def append_results(result: dict, path: Path) -> None:
-    env, s = result["env"], result["settings"]
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("# Benchmark results\n\nRows are appended by `python -m bench`; "
-                        "never edited by hand. MFU is against the bf16 matmul rate measured in "
-                        "the same run. `ours` is the training job's defaults at the time; the "
-                        "brackets say what they resolved to. How each run was timed, and why: "
-                        "NOTES.md.\n\n" + RESULTS_HEADER)
-    with path.open("a") as f:
-        for r in result["rows"]:
-            numbers = ("error: " + r["error"], "", "", "", "") if "error" in r else (
-                f"{r['tokens_per_s_per_gpu']:,.0f}", _fmt(r.get("mfu_measured_matmul"), ".3f"),
-                f"{r['step_time_ms']:.1f}", _fmt(r["peak_mem_gib"], ".1f"),
-                _fmt(r.get("vs_reference"), ".2f"))
-            f.write("| " + " | ".join([
-                env["date"], f"{env['gpu']} x{env['world_size']}", f"{env['torch']} / {env['nccl']}",
-                _variant_cell(r), str(s["seq_len"]), str(s["micro_batch_size"]),
-                _fmt(s["memory_budget_gib"], "g"), *numbers, env["nccl_transport"],
-                s["label"] or "", f"`{env['command']}`"]) + " |\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -460,13 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet.install()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    if args.from_json:
-        for path in args.from_json:
-            append_results(json.loads(path.read_text()), args.results_md)
-        return 0
-    unknown = [v for v in args.variants.split(",") if v != REFERENCE and v not in VARIANTS]
+    unknown = [v for v in args.variants.split(",") if v not in REFERENCES and v not in VARIANTS]
     if unknown:
-        print(f"error: unknown --variants {unknown}; choose from {[REFERENCE, *VARIANTS]}",
+        print(f"error: unknown --variants {unknown}; choose from {[*REFERENCES, *VARIANTS]}",
               file=sys.stderr)
         return 2
     result = run(args, argv)
@@ -474,6 +452,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(result, indent=2))
-    append_results(result, args.results_md)
     return 0
 

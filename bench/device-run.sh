@@ -8,11 +8,17 @@
 #            `repeat` data); on NVLink, HSDP (2 replicas of 1 GPU) vs FSDP and bf16 vs fp32 reduce
 #   nvlink   no regression on NVLink against RESULTS.md; the batch planner under a 22 GiB budget
 #   recheck  NVLink again with peak memory read before the compute probe; sockets at mb 8 x 2
+#   trust    one GPU (nvidia-h200), about 8 minutes: bf16 vs fp32 gradient accumulation
+#            (bench.precision), the memory planner against measured peaks (bench.calibrate), the
+#            job's throughput with sync vs async checkpoints (bench.checkpoints), and the
+#            reference with and without FSDP1's no_sync() at world size 1
+# Afterwards, here: copy $OUT's JSON into bench/runs/<date>/ and run `python -m bench.results`
+# (RESULTS.md) and `python -m bench.calibrate --fit bench/runs/<date>/calibration.json`.
 # MODEL/SEQ/WORKERS override the shape for a CPU rehearsal of the flags (tests/bench/test_runbook.py
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|trust}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -63,6 +69,18 @@ recheck)  # after the peak-memory fix: clean NVLink peaks; the planner's micro-b
     --variants reference,ours-bf16-reduce \
     --label "sockets proxy, mb 8 x 2 accumulated (the planner's choice for 65,536 tokens/step)" \
     --json-out "$OUT/sockets-mb8x2.json" 2>&1 | tee -a "$OUT/recheck.log"
+  ;;
+trust)  # one GPU; each step's JSON is written even when a later one fails
+  timeout 140 python3 -m bench.precision --model "$MODEL" --seq-len "$SEQ" --steps 6 \
+    --json-out "$OUT/precision.json" 2>&1 | tee "$OUT/trust.log"
+  timeout 180 python3 -m bench.calibrate --model "$MODEL" --seq-len "$SEQ" \
+    --json-out "$OUT/calibration.json" 2>&1 | tee -a "$OUT/trust.log"
+  timeout 130 python3 -m bench.checkpoints --storage-path /tmp/ckpt-bench \
+    --json-out "$OUT/checkpoints.json" 2>&1 | tee -a "$OUT/trust.log"
+  timeout 90 "${BENCH[@]}" --micro-batch-size 4 --grad-accum 4 \
+    --variants reference,reference-no-sync \
+    --label "world size 1: FSDP1 reference with and without no_sync()" \
+    --json-out "$OUT/reference-no-sync-ws1.json" 2>&1 | tee -a "$OUT/trust.log"
   ;;
 *) echo "unknown part $PART" >&2; exit 2 ;;
 esac

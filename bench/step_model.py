@@ -170,7 +170,8 @@ def _ours_on_l4(tokens_per_step: int, seq_len: int, reduce_dtype: str) -> StepPl
     world = L4_NODES * L4_PER_NODE
     cfg = TrainConfig(model=QWEN, seq_len=seq_len, num_workers=world,
                       tokens_per_step=tokens_per_step, reduce_dtype=reduce_dtype).validated()
-    fp = Footprint(model_config(QWEN), QWEN_PARAMS, L4_PER_NODE, L4_BUDGET_GIB * 2**30)
+    fp = Footprint(model_config(QWEN), QWEN_PARAMS, L4_PER_NODE, L4_BUDGET_GIB * 2**30,
+                   compiled=True, world=world)
     plan = resolve_plan(cfg, fp, world, f"{L4_NODES}x{L4_PER_NODE}", on_gpu=True)
     return StepPlan(QWEN_PARAMS, QWEN_LAYERS, L4_NODES, L4_PER_NODE, reduce_dtype,
                     not plan.reshard_after_forward, plan.micro_batch_size, plan.grad_accum, seq_len,

@@ -9,13 +9,22 @@ Ray Train itself registers a reported checkpoint only on its controller's next p
 2 s); a worker dying in that window loses the registration, not the files. A run therefore
 resumes from the newest checkpoint that is marked complete or registered, whichever is newer.
 Torn directories (no marker, never registered) are never loaded.
+
+Asynchronous saves (`--async-checkpoint`, `Saver`): `dcp.async_save` copies this rank's shards to
+host memory and returns; a thread writes them and uploads the files to storage while training
+goes on. The next save (at most one in flight), the end of the run or a fault hook waits for
+it: every rank's upload done (barrier), rank 0 marks it COMPLETE, then every rank registers the
+already-uploaded directory with Ray Train (`CheckpointUploadMode.NO_UPLOAD`). A worker dying
+during an upload leaves a directory without the marker, never loaded.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -68,13 +77,22 @@ def dir_name(step: int) -> str:
     return f"checkpoint-step{step:07d}"
 
 
-def save_local(engine: Engine, state: RunState, directory: str) -> None:
-    """Collective: every rank writes its shards of model and optimizer into `directory`; tied
-    parameters are stored once (get_state_dict lists the tied LM head under both names)."""
+def _state_dict(engine: Engine) -> dict:
+    """Model and optimizer shards; tied parameters once (get_state_dict lists the tied LM head
+    under both names)."""
     model_sd, optim_sd = get_state_dict(engine.model, engine.optimizer)
     for alias in tied_aliases(engine.model):
         model_sd.pop(alias, None)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory)
+    return {"model": model_sd, "optim": optim_sd}
+
+
+def save_local(engine: Engine, state: RunState, directory: str) -> None:
+    """Collective: every rank writes its shards of model and optimizer into `directory`."""
+    dcp.save(_state_dict(engine), checkpoint_id=directory)
+    _write_state(state, directory)
+
+
+def _write_state(state: RunState, directory: str) -> None:
     if dist.get_rank() == 0:
         Path(directory, STATE_FILE).write_text(json.dumps(asdict(state)))
 
@@ -96,21 +114,104 @@ def load_local(engine: Engine, directory: str) -> RunState:
     return state
 
 
+def _unmark(fs: pafs.FileSystem, marker: str) -> None:
+    """Collective: no COMPLETE marker before this step's files are all new (re-saving a step
+    after resuming from an older checkpoint)."""
+    if dist.get_rank() == 0 and fs.get_file_info(marker).type != pafs.FileType.NotFound:
+        fs.delete_file(marker)
+    dist.barrier()
+
+
+def _mark(fs: pafs.FileSystem, marker: str) -> None:
+    """Collective: after every rank's upload has returned, rank 0 marks the directory."""
+    dist.barrier()
+    if dist.get_rank() == 0:
+        with fs.open_output_stream(marker) as f:
+            f.write(b"all ranks uploaded\n")
+
+
 def save_and_report(engine: Engine, state: RunState, metrics: dict) -> None:
     """Collective: save, let Ray Train upload and register it, then mark it complete."""
     fs, run_dir = _storage()
     marker = f"{run_dir}/{dir_name(state.step)}/{MARKER}"
-    if dist.get_rank() == 0 and fs.get_file_info(marker).type != pafs.FileType.NotFound:
-        fs.delete_file(marker)  # re-saving a step (after resuming from an older checkpoint)
-    dist.barrier()
+    _unmark(fs, marker)
     with tempfile.TemporaryDirectory(prefix="ckpt-") as local:
         save_local(engine, state, local)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(local),
                          checkpoint_dir_name=dir_name(state.step))
-    dist.barrier()  # every rank's upload has returned
-    if dist.get_rank() == 0:
-        with fs.open_output_stream(marker) as f:
-            f.write(b"all ranks uploaded\n")
+    _mark(fs, marker)
+
+
+class _Upload(threading.Thread):
+    """Waits for this rank's DCP write to finish, then copies its files to storage."""
+
+    def __init__(self, written, local: str, fs: pafs.FileSystem, target: str):
+        super().__init__(daemon=True, name="checkpoint-upload")
+        self.written, self.local, self.fs, self.target = written, local, fs, target
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.written.result()
+            self.fs.create_dir(self.target, recursive=True)
+            pafs.copy_files(self.local, self.target, source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=self.fs)
+        except BaseException as e:  # re-raised on the training thread by Saver.wait
+            self.error = e
+        finally:
+            shutil.rmtree(self.local, ignore_errors=True)
+
+
+class Saver:
+    """Checkpoints of one run: synchronous (`save_and_report`) or asynchronous, at most one in
+    flight."""
+
+    def __init__(self, asynchronous: bool):
+        self.asynchronous = asynchronous
+        self._pending: tuple[_Upload, str, dict, str] | None = None
+        # async_save plans and finishes the save with collectives from its own thread, on host
+        # tensors: a group of its own, so they never interleave with training's collectives on
+        # the default group, and gloo, since it refuses a group without a CPU backend
+        # (torch/distributed/checkpoint/state_dict_saver.py, async_save).
+        self._group = dist.new_group(backend="gloo") if asynchronous else None
+
+    def save(self, engine: Engine, state: RunState, metrics: dict) -> None:
+        """Collective. Synchronous: returns once the checkpoint is complete. Asynchronous:
+        returns once this step's shards are in host memory (after completing the previous one)."""
+        if not self.asynchronous:
+            save_and_report(engine, state, metrics)
+            return
+        self.wait()
+        fs, run_dir = _storage()
+        target = f"{run_dir}/{dir_name(state.step)}"
+        _unmark(fs, f"{target}/{MARKER}")
+        local = tempfile.mkdtemp(prefix="ckpt-")
+        written = dcp.async_save(_state_dict(engine), checkpoint_id=local,
+                                 process_group=self._group)
+        _write_state(state, local)
+        upload = _Upload(written, local, fs, target)
+        upload.start()
+        self._pending = (upload, target, metrics, dir_name(state.step))
+
+    def wait(self) -> None:
+        """Collective: finish the save in flight, if any: uploads done, marked, registered."""
+        if self._pending is None:
+            return
+        upload, target, metrics, name = self._pending
+        self._pending = None
+        upload.join()
+        if upload.error is not None:
+            raise CheckpointError(f"saving {target} failed: {upload.error}") from upload.error
+        fs, _ = _storage()
+        _mark(fs, f"{target}/{MARKER}")
+        from ray.train import CheckpointUploadMode
+
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint(target, filesystem=fs),
+                         checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD)
+
+    @property
+    def in_flight(self) -> bool:
+        return self._pending is not None
 
 
 def latest(fs: pafs.FileSystem, run_dir: str,

@@ -158,7 +158,8 @@ def _check_memory_budget(cfg: TrainConfig, config) -> None:
     # Plain FSDP unless --hsdp-replicas says otherwise: the driver does not know the nodes yet;
     # each worker checks again with the mesh it builds (engine.resolve_plan).
     shard = max(1, cfg.num_workers // (cfg.hsdp_replicas or 1))
-    fp = Footprint(config, num_params, shard, int(cfg.memory_budget_gib * 2**30))
+    fp = Footprint(config, num_params, shard, int(cfg.memory_budget_gib * 2**30),
+                   compiled=cfg.compile is not False, world=cfg.num_workers)  # a budget: GPUs
     micro, accum = plan_batch(cfg, fp, cfg.num_workers)  # the smallest plan when nothing fits
     if (why := cannot_fit(fp, cfg, micro_batch=micro, grad_accum=accum)):
         raise ConfigError([f"{why} (--memory-budget-gib {cfg.memory_budget_gib})"])

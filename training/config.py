@@ -76,6 +76,10 @@ class TrainConfig:
                       "path resume the run"})
     checkpoint_every: int = field(default=10, metadata={"help": "save a checkpoint every N steps "
                                   "and at the end; 0 disables checkpoints"})
+    async_checkpoint: bool = field(default=True, metadata={"help": "save checkpoints with DCP's "
+                                   "asynchronous save: training continues while they are "
+                                   "written and uploaded (one in flight; host memory for one "
+                                   "copy of this worker's shards)"})
     max_failures: int = field(default=0, metadata={"help": "worker failures to recover from by "
                               "restarting from the latest checkpoint"})
     address: str | None = field(default=None, metadata={"help": "Ray address (`auto` on the "
@@ -117,6 +121,11 @@ class TrainConfig:
                                                   "the gradient reduce-scatter/all-reduce on GPU "
                                                   "(master weights and optimizer stay fp32); bf16 "
                                                   "halves the gradient traffic"})
+    accum_dtype: str | None = field(default=None, metadata={"help": "dtype the unsharded "
+                                    "gradients accumulate in across the micro-batches of a step "
+                                    "on GPU (`fp32` or `bf16`); default: --reduce-dtype, as FSDP2 "
+                                    "does; `fp32` with --reduce-dtype bf16 still reduces once per "
+                                    "step in bf16, at 2 more bytes per parameter of memory"})
     prefetch_layers: int = field(default=0, metadata={"help": "decoder layers whose all-gathers "
                                  "FSDP2 issues explicitly ahead, in forward and backward; 0 leaves "
                                  "FSDP2's implicit one-layer prefetch; 1 overlaps the same but is "
@@ -137,6 +146,9 @@ class TrainConfig:
                                             "else no tracking"})
     fault_at_step: int | None = field(default=None, metadata={"help": "test hook: one worker "
                                       "exits at this step of a fresh run", "hidden": True})
+    fault_in_save_at_step: int | None = field(default=None, metadata={"help": "test hook: one "
+                                              "worker exits while this step's asynchronous "
+                                              "checkpoint is in flight", "hidden": True})
     nan_at_step: int | None = field(default=None, metadata={"help": "test hook: a weight turns "
                                     "NaN at this step of a fresh run", "hidden": True})
 
@@ -165,6 +177,11 @@ class TrainConfig:
         out += self._batch_problems()
         if self.reduce_dtype not in REDUCE_DTYPES:
             out.append(f"--reduce-dtype must be one of {REDUCE_DTYPES} (got {self.reduce_dtype!r})")
+        if self.accum_dtype not in (None, *REDUCE_DTYPES):
+            out.append(f"--accum-dtype must be one of {REDUCE_DTYPES} (got {self.accum_dtype!r})")
+        elif self.accum_dtype == "bf16" and self.reduce_dtype == "fp32":
+            out.append("--accum-dtype bf16 needs --reduce-dtype bf16 (FSDP2 accumulates in at "
+                       "least the reduce dtype); drop --accum-dtype or set --reduce-dtype bf16")
         if self.expect_transport not in TRANSPORT_EXPECTATIONS:
             out.append(f"--expect-transport must be one of {TRANSPORT_EXPECTATIONS}")
         if self.export_dtype not in EXPORT_DTYPES:

@@ -33,6 +33,7 @@ class Plan:
     grad_accum: int
     mesh: str  # replicas x shard group size: "1x8" is plain FSDP, "2x4" HSDP over two nodes
     reduce_dtype: str
+    accum_dtype: str  # what the unsharded gradients accumulate in across micro-batches
 
 
 @dataclass
@@ -57,12 +58,14 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
     world = dist.get_world_size() if dist.is_initialized() else 1
     mesh, layout = build_mesh(cfg.hsdp_replicas, device)
     limit = memory_limit_bytes(cfg, device)  # also enforces --memory-budget-gib
-    fp = Footprint(model_cfg, num_params, layout.shard_size, limit)
+    compiled = device.type == "cuda" if cfg.compile is None else cfg.compile
+    fp = Footprint(model_cfg, num_params, layout.shard_size, limit, compiled, world)
     plan = resolve_plan(cfg, fp, world, layout.shape, on_gpu=device.type == "cuda")
     model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens, compile_loss=plan.compile)
     shard_model(model, device, mesh=mesh, reshard_after_forward=plan.reshard_after_forward,
                 activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile,
-                reduce_dtype=plan.reduce_dtype, prefetch_layers=cfg.prefetch_layers)
+                reduce_dtype=plan.reduce_dtype, accum_dtype=plan.accum_dtype,
+                prefetch_layers=cfg.prefetch_layers)
     load = {} if is_builtin(cfg.model) else loading.load_sharded(
         model, loading.rank0_state(cfg.model, model_cfg, dist.get_rank()), device, started)
     decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -93,7 +96,7 @@ def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_g
         reshard = checkpointing or fp.limit_bytes is None or not fits(
             fp, cfg, micro_batch=micro, grad_accum=accum, zero2=True)
     return Plan(checkpointing, reshard, on_gpu if cfg.compile is None else cfg.compile,
-                micro, accum, mesh, cfg.reduce_dtype)
+                micro, accum, mesh, cfg.reduce_dtype, cfg.accum_dtype or cfg.reduce_dtype)
 
 
 def memory_limit_bytes(cfg: TrainConfig, device: torch.device) -> int | None:

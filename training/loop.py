@@ -181,11 +181,15 @@ class _NonFiniteGuard:
                 "--warmup-steps or set --grad-clip, then rerun")
 
 
-def _inject_fault(cfg: TrainConfig, step: int, info: dict, rank: int) -> None:
-    """Test hook (--fault-at-step): the last rank dies once, in a fresh run, at the end of that
-    step (right after its checkpoint, when it saves one), with no grace period."""
-    if cfg.fault_at_step == step and info["resumed_from_step"] is None \
-            and rank == info["world_size"] - 1:
+def _inject_fault(cfg: TrainConfig, step: int, info: dict, rank: int,
+                  saver: checkpoint.Saver) -> None:
+    """Test hooks: the last rank dies once, in a fresh run, at the end of that step with no grace
+    period: --fault-at-step right after its checkpoint completed (when it saves one),
+    --fault-in-save-at-step while its asynchronous checkpoint is still in flight."""
+    if cfg.fault_at_step == step:
+        saver.wait()  # collective: every rank completes the save first
+    if step in (cfg.fault_at_step, cfg.fault_in_save_at_step) \
+            and info["resumed_from_step"] is None and rank == info["world_size"] - 1:
         os._exit(17)
 
 
@@ -219,6 +223,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
     last: dict = {"step": state.step, "first_loss": state.first_loss, **info}  # if no step runs
     first_step = state.step + 1
     untimed = True  # the window holds the first step (warm-up) or the profiled one
+    saver = checkpoint.Saver(cfg.async_checkpoint and bool(cfg.checkpoint_every))
     for step in range(first_step, cfg.steps + 1):
         micro = [batch_at(step, state.samples_seen, m) for m in range(cfg.grad_accum)]
         if cfg.nan_at_step == step and info["resumed_from_step"] is None:
@@ -244,6 +249,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
             except NonFiniteError as e:  # every rank: the check is collective
                 # Not a worker failure: a retry would replay the same samples at the same
                 # learning rate into the same divergence, so the run ends here and says why.
+                saver.wait()  # a save in flight is of a good step
                 _finish(cfg, engine, files, tracker, {**last, "stopped": str(e)}, pending)
                 return
             loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
@@ -280,13 +286,14 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
                 if files:
                     files.append_metrics(pending)
                     pending = []
-                checkpoint.save_and_report(engine, state, metrics)
+                saver.save(engine, state, metrics)
                 saved_step = step
             else:
                 ray.train.report(metrics)
             clock.restart()
             untimed = False
-        _inject_fault(cfg, step, info, rank)
+        _inject_fault(cfg, step, info, rank, saver)
+    saver.wait()
     _finish(cfg, engine, files, tracker, last, pending)
 
 

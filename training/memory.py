@@ -1,11 +1,23 @@
 """Per-GPU memory estimate and the batch planner built on it.
 
-The estimate (bytes, per GPU): sharded fp32 state (weights, gradients, two Adam moments: 16 bytes
-per parameter over the shard group), saved activations of one micro-batch, and extras:
+The estimate (bytes, per GPU) is what must fit on the device, not only torch's tensors:
+  - sharded fp32 state: weights, gradients, two Adam moments, 16 bytes per parameter over the
+    shard group;
   - gradient accumulation without communication keeps unsharded gradients of the whole model in
-    the reduce dtype until the last micro-batch (FSDP2 `FSDPParam.to_accumulated_grad_if_needed`
-    upcasts them to `reduce_dtype`: 4 bytes/param for fp32, 2 for bf16);
-  - ZeRO-2 keeps the whole gathered bf16 model (2 bytes/param) between forward and backward.
+    the accumulation dtype until the last micro-batch (FSDP2
+    `FSDPParam.to_accumulated_grad_if_needed` upcasts them to the policy's reduce dtype: 4
+    bytes/param for fp32, 2 for bf16);
+  - ZeRO-2 keeps the whole gathered bf16 model (2 bytes/param) between forward and backward;
+  - the fused loss's buffers (`training/loss.py`): one chunk's fp32 logits and their bf16
+    gradient, the fp32 head-gradient accumulator and one chunk's term of it, the bf16 gradient
+    of the hidden states it saves for backward;
+  - saved activations of one micro-batch (smaller for compiled layers, which save fewer
+    intermediates);
+  - what the caching allocator reserves beyond its tensors (`STATIC_FACTOR` on the tensors above);
+  - outside torch's allocator: the CUDA context, cuBLAS workspaces (`FIXED_GIB`) and NCCL's
+    buffers when there are peers (`NCCL_GIB`).
+The measured peak it is calibrated against is `torch.cuda.max_memory_reserved` plus the device
+memory outside torch's allocator (bench/calibrate.py): reserved memory is what runs out first.
 It must fit in 90% of the GPU (or --memory-budget-gib).
 """
 
@@ -19,6 +31,19 @@ from training.config import TrainConfig
 
 HEADROOM = 0.9
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
+GIB = 2**30
+
+# Calibration constants, fit by `python -m bench.calibrate --fit` against the measured rows in
+# bench/runs/ (tests/training/test_calibration.py holds every recorded row to the tolerance).
+# Until rows are recorded: STATIC_FACTOR is the allocator's usual reserve, the activation factors
+# are the design notes' eager activations (33 GiB at 8,192 tokens of Qwen2.5-1.5B, factor 1) and
+# the compiled/eager ratio of the H200 peaks (30.2 GiB measured where eager predicted 42),
+# FIXED_GIB a CUDA 13 context with cuBLAS workspaces, NCCL_GIB NCCL's default buffers for a
+# handful of channels and peers (none of these measured alone yet).
+STATIC_FACTOR = 1.05
+ACTIVATION_FACTOR = {False: 1.0, True: 0.72}  # by compiled
+FIXED_GIB = 0.75
+NCCL_GIB = 0.5
 
 
 @dataclass(frozen=True)
@@ -28,6 +53,8 @@ class Footprint:
     num_params: int
     shard_size: int
     limit_bytes: int | None  # None: CPU, no limit
+    compiled: bool = False  # decoder layers compiled (fewer saved activations)
+    world: int = 1  # ranks: NCCL's buffers only when there are peers
 
 
 # Bytes of saved activations per token per decoder layer, without checkpointing, in bf16:
@@ -38,21 +65,66 @@ def _activation_bytes_per_token_layer(model_cfg: PretrainedConfig) -> int:
 
 
 def activation_bytes(model_cfg: PretrainedConfig, tokens: int, checkpointing: bool) -> int:
-    """Saved activations of one micro-batch; checkpointing keeps each layer's bf16 input plus one
-    layer's activations while it is recomputed."""
+    """Saved activations of one micro-batch (eager); checkpointing keeps each layer's bf16 input
+    plus one layer's activations while it is recomputed."""
     per_layer = _activation_bytes_per_token_layer(model_cfg)
     if checkpointing:
         return tokens * (model_cfg.num_hidden_layers * 2 * model_cfg.hidden_size + per_layer)
     return tokens * model_cfg.num_hidden_layers * per_layer
 
 
-def estimate_bytes(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum: int,
-                   reduce_dtype: str, checkpointing: bool, zero2: bool) -> int:
+def loss_bytes(model_cfg: PretrainedConfig, tokens: int, chunk_tokens: int) -> int:
+    """The LM head + cross-entropy's buffers at their peak (training/loss.py): fused, one chunk's
+    fp32 logits (exponentiated in place) and bf16 gradient, the fp32 head-gradient accumulator
+    and the chunk's fp32 term, and the bf16 hidden-state gradient kept for backward; unfused
+    (`chunk_tokens` 0), the whole micro-batch's bf16 logits, their fp32 upcast and gradient."""
+    vocab, hidden = model_cfg.vocab_size, model_cfg.hidden_size
+    if not chunk_tokens:
+        return tokens * vocab * (2 + 4 + 4)
+    chunk = min(chunk_tokens, tokens)
+    return chunk * vocab * (4 + 2) + 2 * 4 * vocab * hidden + 2 * tokens * hidden
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The estimate's terms in bytes: `static` (every tensor but activations, before the
+    allocator's reserve), raw eager `activations`, and what lies outside torch's allocator."""
+    static: float
+    activations: float
+    outside: float
+    compiled: bool
+
+    @property
+    def total(self) -> int:
+        return int(STATIC_FACTOR * self.static + ACTIVATION_FACTOR[self.compiled] *
+                   self.activations + self.outside)
+
+
+def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum: int,
+                   reduce_dtype: str, checkpointing: bool, zero2: bool,
+                   accum_dtype: str | None = None, loss_chunk_tokens: int = 2048) -> Parts:
+    tokens = micro_batch * seq_len
     state = 16 * fp.num_params / fp.shard_size
-    accumulated = REDUCE_BYTES[reduce_dtype] * fp.num_params if grad_accum > 1 else 0
+    accumulated = (REDUCE_BYTES[accum_dtype or reduce_dtype] * fp.num_params
+                   if grad_accum > 1 else 0)
     gathered = 2 * fp.num_params if zero2 else 0
-    return int(state + activation_bytes(fp.model_cfg, micro_batch * seq_len, checkpointing)
-               + accumulated + gathered)
+    static = state + accumulated + gathered + loss_bytes(fp.model_cfg, tokens, loss_chunk_tokens)
+    outside = (FIXED_GIB + (NCCL_GIB if fp.world > 1 else 0)) * GIB
+    return Parts(static, activation_bytes(fp.model_cfg, tokens, checkpointing), outside,
+                 fp.compiled)
+
+
+def estimate_bytes(fp: Footprint, **shape) -> int:
+    """Bytes per GPU at the step's peak for the shape (`estimate_parts`' keywords)."""
+    return estimate_parts(fp, **shape).total
+
+
+def _shape(cfg: TrainConfig, micro_batch: int, grad_accum: int, checkpointing: bool,
+           zero2: bool) -> dict:
+    return {"micro_batch": micro_batch, "seq_len": cfg.seq_len, "grad_accum": grad_accum,
+            "reduce_dtype": cfg.reduce_dtype, "accum_dtype": cfg.accum_dtype,
+            "checkpointing": checkpointing, "zero2": zero2,
+            "loss_chunk_tokens": cfg.loss_chunk_tokens}
 
 
 def fits(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum: int,
@@ -60,8 +132,7 @@ def fits(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum: int,
     """True on CPU (no limit) or when the estimate is within 90% of the limit."""
     if fp.limit_bytes is None:
         return True
-    need = estimate_bytes(fp, micro_batch=micro_batch, seq_len=cfg.seq_len, grad_accum=grad_accum,
-                          reduce_dtype=cfg.reduce_dtype, checkpointing=checkpointing, zero2=zero2)
+    need = estimate_bytes(fp, **_shape(cfg, micro_batch, grad_accum, checkpointing, zero2))
     return need <= HEADROOM * fp.limit_bytes
 
 
@@ -71,8 +142,7 @@ def cannot_fit(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum:
     every lever), or None when it can (or there is no limit)."""
     if fp.limit_bytes is None:
         return None
-    need = estimate_bytes(fp, micro_batch=micro_batch, seq_len=cfg.seq_len, grad_accum=grad_accum,
-                          reduce_dtype=cfg.reduce_dtype, checkpointing=True, zero2=False)
+    need = estimate_bytes(fp, **_shape(cfg, micro_batch, grad_accum, True, False))
     if need <= headroom * fp.limit_bytes:
         return None
     fix = ("--seq-len, or add workers" if cfg.tokens_per_step else
@@ -100,3 +170,24 @@ def plan_batch(cfg: TrainConfig, fp: Footprint, world: int) -> tuple[int, int]:
             if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
                 return m, sequences // m
     return 1, sequences
+
+
+def _from_inputs(inputs: dict) -> tuple[Footprint, dict]:
+    from training.model import model_config
+
+    fp = Footprint(model_config(inputs["model"], inputs["vocab_size"]), inputs["num_params"],
+                   inputs["shard_size"], None, inputs["compiled"], inputs["world"])
+    shape = {k: inputs[k] for k in ("micro_batch", "seq_len", "grad_accum", "reduce_dtype",
+                                     "accum_dtype", "checkpointing", "zero2", "loss_chunk_tokens")}
+    return fp, shape
+
+
+def parts_from(inputs: dict) -> Parts:
+    """The estimate's terms for a recorded calibration row's inputs (bench/calibrate.py)."""
+    fp, shape = _from_inputs(inputs)
+    return estimate_parts(fp, **shape)
+
+
+def estimate_from(inputs: dict) -> int:
+    """The estimate, with today's constants, for a recorded calibration row's inputs."""
+    return parts_from(inputs).total

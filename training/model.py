@@ -17,11 +17,14 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwe
 from training.loading import ModelError, check_model_dir, is_s3, local_dir
 from training.loss import fused_linear_cross_entropy, label_count
 
-# Qwen2.5 shapes from the published configs (Qwen/Qwen2.5-1.5B config.json); `tiny` keeps the
+# Qwen2.5 shapes from the published configs (Qwen/Qwen2.5-{0.5B,1.5B} config.json); `tiny` keeps the
 # architecture (GQA, tied embeddings, RMSNorm, SwiGLU) at a size that trains on a laptop CPU.
 BUILTIN_SHAPES: dict[str, dict] = {
     "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=1024),
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                         max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
     "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                          num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
                          max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),

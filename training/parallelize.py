@@ -18,21 +18,63 @@ from training.model import CausalLMWithLoss
 REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def mixed_precision(device: torch.device, reduce_dtype: str = "fp32") -> MixedPrecisionPolicy | None:
-    """bf16 compute with fp32 master weights on GPU, gradients reduced in `reduce_dtype` (bf16
-    halves the bytes on the wire; the optimizer still steps fp32 shards); pure fp32 on CPU."""
+def mixed_precision(device: torch.device, reduce_dtype: str = "fp32",
+                    accum_dtype: str | None = None) -> MixedPrecisionPolicy | None:
+    """bf16 compute with fp32 master weights on GPU, pure fp32 on CPU (see `precision_policy`)."""
     if device.type != "cuda":
         return None
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=REDUCE_DTYPES[reduce_dtype])
+    return precision_policy(reduce_dtype, accum_dtype)
+
+
+def precision_policy(reduce_dtype: str, accum_dtype: str | None) -> MixedPrecisionPolicy:
+    """bf16 parameters for compute; gradients accumulate across micro-batches in `accum_dtype`
+    (default: `reduce_dtype`) and are reduced in `reduce_dtype` (bf16 halves the bytes on the wire;
+    the optimizer still steps fp32 shards).
+
+    FSDP2 accumulates the unsharded gradients of micro-batches without sync in the policy's
+    reduce dtype (`FSDPParam.to_accumulated_grad_if_needed`; a reduce dtype equal to the param
+    dtype means plain bf16 `+=`), so fp32 accumulation takes a policy with fp32 reduce; a bf16
+    wire then comes from `reduce_in`."""
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                reduce_dtype=REDUCE_DTYPES[accum_dtype or reduce_dtype])
+
+
+def reduce_in(model: nn.Module, dtype: str) -> None:
+    """Reduce the gradients of every FSDP2 group in `dtype`, whatever they accumulated in.
+
+    FSDP2 has no public setting for a reduce dtype other than the accumulation dtype. Each
+    parameter group passes its `_reduce_dtype` to `foreach_reduce`, which copies the (fp32)
+    accumulated gradients into a reduce-scatter buffer of that dtype, reduce-scatters (and, for
+    HSDP, all-reduces) in it and casts the result back into the fp32 sharded gradients
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `post_backward`,
+    `_fsdp_collectives.py` `foreach_reduce`, torch 2.11 and 2.13). The attribute is re-derived
+    from the policy at lazy init (`_init_mp_dtypes`, once per model), so call this after it."""
+    wanted = REDUCE_DTYPES[dtype]
+    for module in model.modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        state = module._get_fsdp_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:  # torch 2.11: one group per state
+            groups = [state._fsdp_param_group] if state._fsdp_param_group else []
+        for group in groups:
+            if not hasattr(group, "_reduce_dtype"):
+                raise RuntimeError(f"torch {torch.__version__}: FSDP2 parameter groups have no "
+                                   "_reduce_dtype; --accum-dtype cannot differ from "
+                                   "--reduce-dtype with this version")
+            if group._reduce_dtype is not None:  # None: no trainable parameters
+                group._reduce_dtype = wanted
 
 
 def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_forward: bool,
                 activation_checkpointing: bool, compile_layers: bool = False,
                 mesh: DeviceMesh | None = None, reduce_dtype: str = "fp32",
-                prefetch_layers: int = 0) -> CausalLMWithLoss:
-    """Shard in place over `mesh` (default: the whole default process group) and return the model."""
+                accum_dtype: str | None = None, prefetch_layers: int = 0,
+                policy: MixedPrecisionPolicy | None = None) -> CausalLMWithLoss:
+    """Shard in place over `mesh` (default: the whole default process group) and return the model;
+    `policy` overrides the device's mixed precision (bf16 on CPU, for tests)."""
     kwargs = {"mesh": mesh}
-    policy = mixed_precision(device, reduce_dtype)
+    policy = policy or mixed_precision(device, reduce_dtype, accum_dtype)
     if policy is not None:
         kwargs["mp_policy"] = policy
     layers: nn.ModuleList = model.layers
@@ -56,6 +98,9 @@ def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
+    if policy is not None and accum_dtype not in (None, reduce_dtype):
+        model._get_fsdp_state()._lazy_init()  # what the root's first forward does, now
+        reduce_in(model, reduce_dtype)
     if prefetch_layers:
         set_prefetch(list(layers), prefetch_layers)
     return model

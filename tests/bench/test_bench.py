@@ -8,17 +8,19 @@ import json
 import pytest
 
 from bench import benchmark as bench
+from bench import results
+from tests.conftest import REPO
 from training.device_time import kernel_breakdown
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def test_bench_runs_ours_and_writes_json_and_a_results_row(tmp_path):
-    out, md = tmp_path / "result.json", tmp_path / "RESULTS.md"
+    out = tmp_path / "result.json"
     rc = bench.main(["--model", "tiny", "--seq-len", "32", "--micro-batch-size", "2",
                      "--grad-accum", "2", "--steps", "2", "--warmup", "1",
                      "--variants", "reference,ours,ours-hsdp", "--json-out", str(out),
-                     "--results-md", str(md), "--work-dir", str(tmp_path / "work"),
+                     "--work-dir", str(tmp_path / "work"),
                      "--profile-dir", str(tmp_path / "prof")])
     assert rc == 0
     result = json.loads(out.read_text())
@@ -36,9 +38,9 @@ def test_bench_runs_ours_and_writes_json_and_a_results_row(tmp_path):
     trace = json.loads(gzip.decompress((tmp_path / "prof" / "ours.trace.json.gz").read_bytes()))
     assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
     assert ours["profile"]["trace"] == "ours.trace.json.gz"
-    table = md.read_text()
-    assert table.count("\n| ") == 4  # header + 3 rows
-    assert ("| ours (eager, ZeRO-3, mesh 1x2, fp32 reduce, x2 accumulation) |" in table)
+    cells = [results.throughput_rows(result, "x.json")[i][3] for i in range(3)]
+    assert cells[1] == "ours (eager, ZeRO-3, mesh 1x2, fp32 reduce, x2 accumulation)"
+    assert not (REPO / "bench/RESULTS.md").read_text().count("cpu x2")  # never appended
 
 
 def test_unknown_variant_is_refused():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from bench.benchmark import REFERENCE, VARIANTS
+from bench.benchmark import REFERENCES, VARIANTS
 from tests.conftest import REPO
 
 
@@ -12,4 +12,18 @@ def test_runbook_variants_exist():
     text = (REPO / "bench/device-run.sh").read_text()
     asked = {v for group in re.findall(r"--variants ([\w,-]+)", text) for v in group.split(",")}
     assert asked, "the runbook names no variants"
-    assert asked <= {REFERENCE, *VARIANTS}, asked - {REFERENCE, *VARIANTS}
+    assert asked <= {*REFERENCES, *VARIANTS}, asked - {*REFERENCES, *VARIANTS}
+
+
+def test_runbook_benchmark_modules_accept_its_flags():
+    """Every `python3 -m bench.<module> ...` line of the runbook parses with that module's own
+    parser (shell variables replaced by what a CPU rehearsal passes)."""
+    import importlib
+    import shlex
+
+    text = (REPO / "bench/device-run.sh").read_text().replace("\\\n", " ")
+    calls = re.findall(r"python3 -m (bench\.\w+) (.*?)(?: 2>&1|$)", text, flags=re.M)
+    assert {m for m, _ in calls} >= {"bench.precision", "bench.calibrate", "bench.checkpoints"}
+    for module, flags in calls:
+        flags = flags.replace('"$MODEL"', "tiny").replace('"$SEQ"', "32").replace("$OUT", "/tmp")
+        importlib.import_module(module).build_parser().parse_args(shlex.split(flags))

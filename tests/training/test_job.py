@@ -118,6 +118,15 @@ def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_e
                                                       straight["eval_loss"])
 
 
+def test_worker_killed_during_an_asynchronous_upload_resumes_from_the_save_before(tmp_path):
+    # The step-4 save is in flight when a rank dies: its directory is never marked COMPLETE nor
+    # registered, so the retry resumes from step 2 (completed before step 4's save began).
+    s = run(tmp_path, "--steps", "6", "--checkpoint-every", "2", "--max-failures", "1",
+            "--fault-in-save-at-step", "4", "--log-every", "1")
+    assert s["steps"] == 6 and s["resumed_from_step"] == 2
+    assert s["checkpoint"].endswith("step0000006")
+
+
 def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_path):
     # Not retried as a worker failure: a retry would replay the same divergence (the hook fires
     # only in a fresh attempt, so a retried run would "succeed" here and fail this test).

@@ -1,0 +1,216 @@
+"""`python -m bench.calibrate`: the memory planner's estimate against measured peaks.
+
+For each shape of a grid (micro-batch, sequence length, compile, ZeRO-2/3, activation
+checkpointing, accumulation) it builds the job's engine on one GPU (`build_engine`, one rank),
+runs a few optimizer steps and records the planner's `estimated_peak_gib`
+(`training.memory.estimate_bytes` for the plan the engine resolved) beside `peak_gib`, measured:
+`torch.cuda.max_memory_reserved` plus the device memory outside torch's allocator (CUDA context,
+NCCL, kernels: `mem_get_info`'s used bytes less what torch has reserved). Reserved, not allocated,
+because the caching allocator runs out of device memory when its reserve cannot grow; allocated
+is recorded too. `--fit FILES` reads recorded results and prints each row's error with the
+current constants and the constants a least-squares fit would give (training/memory.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import sys
+from pathlib import Path
+
+from bench.single import environment, one_rank, write_json
+from training.config import TrainConfig
+
+KIND = "memory-calibration"
+GIB = 2**30
+LOW, HIGH = -0.10, 0.15  # the estimate within 10% below, or up to 15% above (the safe side)
+
+# TrainConfig overrides per row, every lever explicit so the plan is the row's, not the planner's.
+# Ordered for compile time: compiled rows of one layer graph first (Dynamo recompiles once for a
+# dynamic batch dimension, then reuses it), the one compiled checkpointed graph, then eager rows.
+_ZERO2 = {"reshard_after_forward": False, "activation_checkpointing": False}
+_ZERO3 = {"reshard_after_forward": True, "activation_checkpointing": False}
+_ZERO3_AC = {"reshard_after_forward": True, "activation_checkpointing": True}
+GRID: list[dict] = [
+    {"micro_batch_size": 4, "compile": True, **_ZERO2},
+    {"micro_batch_size": 8, "compile": True, **_ZERO2},
+    {"micro_batch_size": 2, "compile": True, **_ZERO2},
+    {"micro_batch_size": 2, "grad_accum": 4, "reduce_dtype": "bf16", "compile": True, **_ZERO2},
+    {"micro_batch_size": 2, "grad_accum": 4, "reduce_dtype": "bf16", "accum_dtype": "fp32",
+     "compile": True, **_ZERO2},
+    {"micro_batch_size": 4, "compile": True, **_ZERO3},
+    {"micro_batch_size": 8, "compile": True, **_ZERO3_AC},
+    {"micro_batch_size": 4, "compile": False, **_ZERO2},
+    {"micro_batch_size": 2, "seq_len": 4096, "compile": False, **_ZERO2},
+    {"micro_batch_size": 4, "compile": False, **_ZERO3},
+    {"micro_batch_size": 4, "compile": False, **_ZERO3_AC},
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.calibrate",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="qwen2.5-1.5b")
+    ap.add_argument("--seq-len", type=int, default=2048, help="rows that set none")
+    ap.add_argument("--steps", type=int, default=2, help="optimizer steps per row")
+    ap.add_argument("--rows", default=None, help="comma-separated row numbers of the grid "
+                    f"(0-{len(GRID) - 1}); default: all")
+    ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--fit", type=Path, nargs="+", default=None, help="recorded results: print "
+                    "each row's error and the fitted constants instead of measuring")
+    return ap
+
+
+def estimate_inputs(engine, cfg: TrainConfig) -> dict:
+    """What `training.memory.estimate_from` needs to recompute this row's estimate later."""
+    plan = engine.plan
+    return {"model": cfg.model, "vocab_size": engine.model.lm.config.vocab_size,
+            "num_params": engine.num_params, "shard_size": int(plan.mesh.split("x")[1]),
+            "world": 1, "compiled": plan.compile, "micro_batch": plan.micro_batch_size,
+            "seq_len": cfg.seq_len, "grad_accum": plan.grad_accum,
+            "reduce_dtype": plan.reduce_dtype, "accum_dtype": plan.accum_dtype,
+            "checkpointing": plan.activation_checkpointing,
+            "zero2": not plan.reshard_after_forward, "loss_chunk_tokens": cfg.loss_chunk_tokens}
+
+
+def _measure_row(overrides: dict, args: argparse.Namespace, device) -> dict:
+    import torch
+
+    from training.data import random_batch
+    from training.engine import build_engine, train_step
+    from training.memory import estimate_from
+    from training.model import model_config
+
+    cfg = TrainConfig(**{"model": args.model, "seq_len": args.seq_len, "num_workers": 1,
+                         "warmup_steps": 0, **overrides}).validated()
+    cuda = device.type == "cuda"
+    row: dict = {"shape": overrides}
+    try:
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+            row["leftover_gib"] = torch.cuda.memory_allocated(device) / GIB
+        model_cfg = model_config(cfg.model)
+        engine = build_engine(cfg, model_cfg, device)
+        for step in range(args.steps):
+            micro = [random_batch(seed=0, rank=0, step=step, micro=m, batch=cfg.micro_batch_size,
+                                  seq_len=cfg.seq_len, vocab=model_cfg.vocab_size, repeat=False)
+                     for m in range(cfg.grad_accum)]
+            train_step(engine, micro, 1e-4, cfg.grad_clip)
+        inputs = estimate_inputs(engine, cfg)
+        row.update(inputs=inputs, estimated_peak_gib=estimate_from(inputs) / GIB)
+        if cuda:
+            torch.cuda.synchronize(device)
+            free, total = torch.cuda.mem_get_info(device)
+            outside = total - free - torch.cuda.memory_reserved(device)
+            row.update(peak_reserved_gib=torch.cuda.max_memory_reserved(device) / GIB,
+                       peak_allocated_gib=torch.cuda.max_memory_allocated(device) / GIB,
+                       outside_torch_gib=outside / GIB)
+            row["peak_gib"] = row["peak_reserved_gib"] + row["outside_torch_gib"]
+            row["estimate_error"] = row["estimated_peak_gib"] / row["peak_gib"] - 1
+        del engine
+    except Exception as e:  # an OOM is a result row, not a lost grid
+        row["error_text"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    gc.collect()
+    return row
+
+
+def measure(args: argparse.Namespace, device, env: dict) -> dict:
+    """Every picked row; the JSON is rewritten after each, so a timeout keeps the rows done."""
+    picked = [int(i) for i in args.rows.split(",")] if args.rows else range(len(GRID))
+    result = {"kind": KIND, "env": env, "rows": [],
+              "settings": {"model": args.model, "seq_len": args.seq_len, "steps": args.steps}}
+    for i in picked:
+        result["rows"].append(_measure_row(GRID[i], args, device))
+        shown = ("shape", "estimated_peak_gib", "peak_gib", "estimate_error", "error_text")
+        print(json.dumps({k: result["rows"][-1].get(k) for k in shown}), flush=True)
+        write_json(result, args.json_out)
+    return result
+
+
+def recorded_rows(paths: list[Path]) -> list[dict]:
+    """Measured rows (with a peak) of the calibration results among `paths`."""
+    rows = []
+    for path in paths:
+        result = json.loads(path.read_text())
+        if result.get("kind") == KIND:
+            rows += [r for r in result["rows"] if r.get("peak_gib")]
+    return rows
+
+
+def fit(rows: list[dict]) -> dict:
+    """Least-squares constants of training/memory.py's form, peak = STATIC_FACTOR x static +
+    ACTIVATION_FACTOR[compiled] x activations + outside, from measured one-GPU rows (so NCCL_GIB
+    is not fitted; FIXED_GIB is)."""
+    import numpy as np
+
+    from training.memory import parts_from
+
+    a, b = [], []
+    for r in rows:
+        p = parts_from(r["inputs"])
+        a.append([p.static, 0 if p.compiled else p.activations, p.activations if p.compiled else 0,
+                  GIB])
+        b.append(r["peak_gib"] * GIB)
+    x = [float(v) for v in np.linalg.lstsq(np.array(a), np.array(b), rcond=None)[0]]
+    return {"STATIC_FACTOR": x[0], "ACTIVATION_FACTOR": {False: x[1], True: x[2]},
+            "FIXED_GIB": x[3]}
+
+
+def _errors(rows: list[dict]) -> list[float]:
+    from training.memory import GIB as _GIB, estimate_from
+
+    return [estimate_from(r["inputs"]) / (r["peak_gib"] * _GIB) - 1 for r in rows]
+
+
+def report(rows: list[dict]) -> str:
+    """Each row's error with the current constants; the fitted constants as lines to paste into
+    training/memory.py, and the error range they would give."""
+    from unittest import mock
+
+    from training import memory
+
+    errors = _errors(rows)
+    lines = [f"{'shape':<72} {'peak GiB':>8} {'est GiB':>8} {'error':>7}"]
+    for r, err in zip(rows, errors):
+        flag = "" if LOW <= err <= HIGH else "  OUT"
+        shape = ", ".join(f"{k}={v}" for k, v in r["shape"].items())
+        lines.append(f"{shape[:72]:<72} {r['peak_gib']:>8.2f} "
+                     f"{(1 + err) * r['peak_gib']:>8.2f} {err:>+7.1%}{flag}")
+    lines.append(f"error range {min(errors):+.1%} .. {max(errors):+.1%} (allowed "
+                 f"{LOW:+.0%} .. {HIGH:+.0%})")
+    fitted = {k: round(v, 3) if isinstance(v, float) else {c: round(f, 3) for c, f in v.items()}
+              for k, v in fit(rows).items()}
+    with mock.patch.multiple(memory, **fitted):
+        refit = _errors(rows)
+    lines += ["least-squares constants for training/memory.py:",
+              *(f"    {k} = {v}" for k, v in fitted.items()),
+              f"with them: error range {min(refit):+.1%} .. {max(refit):+.1%}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training import quiet
+
+    quiet.install()
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.fit:
+        rows = recorded_rows(args.fit)
+        if not rows:
+            print("error: no measured calibration rows in those files", file=sys.stderr)
+            return 2
+        print(report(rows))
+        return 0
+    if args.rows and not all(i.isdigit() and int(i) < len(GRID) for i in args.rows.split(",")):
+        print(f"error: --rows takes numbers 0-{len(GRID) - 1}", file=sys.stderr)
+        return 2
+    with one_rank() as device:
+        measure(args, device, environment(device, argv, "bench.calibrate"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

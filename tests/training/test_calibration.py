@@ -1,0 +1,46 @@
+"""The memory planner against the peaks measured on the GPU (`python -m bench.calibrate`, rows in
+bench/runs/): a change to training/memory.py that breaks the calibration fails here."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.calibrate import HIGH, LOW, fit, recorded_rows
+from training import memory
+from tests.conftest import REPO
+
+ROWS = recorded_rows(sorted((REPO / "bench/runs").rglob("*.json")))
+
+
+@pytest.mark.skipif(not ROWS, reason="no calibration rows recorded yet: run `bash "
+                    "bench/device-run.sh trust` on the GPU machine and commit calibration.json")
+@pytest.mark.parametrize("row", ROWS,
+                         ids=lambda r: ",".join(f"{k}={v}" for k, v in r["shape"].items()))
+def test_estimate_is_within_10_percent_or_at_most_15_percent_over_the_measured_peak(row):
+    error = memory.estimate_from(row["inputs"]) / (row["peak_gib"] * memory.GIB) - 1
+    assert LOW <= error <= HIGH, (f"{row['shape']}: estimate {error:+.1%} against the measured "
+                                  f"{row['peak_gib']:.2f} GiB; refit with `python -m "
+                                  "bench.calibrate --fit FILES`")
+
+
+def _inputs(micro: int, compiled: bool, checkpointing: bool) -> dict:
+    return {"model": "qwen2.5-1.5b", "vocab_size": 151936, "num_params": 1_543_714_304,
+            "shard_size": 1, "world": 1, "compiled": compiled, "micro_batch": micro,
+            "seq_len": 2048, "grad_accum": 1 + micro % 3, "reduce_dtype": "bf16",
+            "accum_dtype": None, "checkpointing": checkpointing, "zero2": micro % 2 == 0,
+            "loss_chunk_tokens": 2048}
+
+
+def test_fit_recovers_the_constants_that_made_the_peaks(monkeypatch):
+    truth = {"STATIC_FACTOR": 1.1, "ACTIVATION_FACTOR": {False: 0.9, True: 0.6},
+             "FIXED_GIB": 1.3}
+    for name, value in truth.items():
+        monkeypatch.setattr(memory, name, value)
+    rows = [{"inputs": (i := _inputs(m, c, ac)), "peak_gib": memory.estimate_from(i) / memory.GIB}
+            for m in (1, 2, 3, 4) for c in (False, True) for ac in (False, True)]
+    monkeypatch.undo()
+    got = fit(rows)
+    assert got["STATIC_FACTOR"] == pytest.approx(1.1, rel=1e-3)
+    assert got["ACTIVATION_FACTOR"][False] == pytest.approx(0.9, rel=1e-3)
+    assert got["ACTIVATION_FACTOR"][True] == pytest.approx(0.6, rel=1e-3)
+    assert got["FIXED_GIB"] == pytest.approx(1.3, rel=1e-2)
