@@ -159,6 +159,12 @@ KUBERNETES_VERSION = "1.35"  # in EKS standard support; 1.34 bills extended supp
 CLUSTER_AUTOSCALER_IMAGE = "registry.k8s.io/autoscaling/cluster-autoscaler"
 RAY_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
 RAY_VERSION = "2.58.0"  # the Ray inside RAY_IMAGE; RayCluster.spec.rayVersion must match
+# The MLflow client the job installs at submission (runtime_env pip) when tracking is on: the
+# image ships none (aws/deep-learning-containers docker/ray-train/uv.lock, the newest lockfile
+# stored, for Ray 2.56 / v1.0, lists no mlflow; v1.1's was not found). The skinny client: the
+# full `mlflow` package also pulls a server, scikit-learn and pandas. requirements-dev.txt pins the
+# same version for the tests (tests/workloads/test_manifests.py checks they agree).
+MLFLOW_CLIENT = "mlflow-skinny==3.17.2"
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ import pyarrow.fs as pafs
 import ray.train
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from training.engine import Engine
+from training.model import tied_aliases
 from training.run_files import RunFiles
 
 STATE_FILE = "train_state.json"
@@ -77,23 +77,11 @@ def dir_name(step: int) -> str:
     return f"checkpoint-step{step:07d}"
 
 
-def _aliases(model: nn.Module) -> dict[str, str]:
-    """{alias: canonical} for parameters registered under two names (the tied LM head)."""
-    first: dict[int, str] = {}
-    out = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in first:
-            out[name] = first[id(p)]
-        else:
-            first[id(p)] = name
-    return out
-
-
 def _state_dict(engine: Engine) -> dict:
     """Model and optimizer shards; tied parameters once (get_state_dict lists the tied LM head
     under both names)."""
     model_sd, optim_sd = get_state_dict(engine.model, engine.optimizer)
-    for alias in _aliases(engine.model):
+    for alias in tied_aliases(engine.model):
         model_sd.pop(alias, None)
     return {"model": model_sd, "optim": optim_sd}
 
@@ -116,7 +104,7 @@ def load_local(engine: Engine, directory: str) -> RunState:
                               "state); delete it to resume from the one before")
     state = RunState.from_json(Path(directory, STATE_FILE).read_text(), directory)
     model_sd, optim_sd = get_state_dict(engine.model, engine.optimizer)
-    aliases = _aliases(engine.model)
+    aliases = tied_aliases(engine.model)
     loaded = {"model": {k: v for k, v in model_sd.items() if k not in aliases}, "optim": optim_sd}
     dcp.load(loaded, checkpoint_id=directory)
     for alias, canonical in aliases.items():

@@ -27,9 +27,10 @@ from training.data.random_tokens import RANDOM_MODES
 from training.data.synthetic import SHIPPED
 from training.data.tokenize import BYTES, encoder
 from training.flags import add_config_flags
+from training.loading import local_dir
 from training.model import ModelError, is_builtin, max_positions, model_config
 from training.ray_setup import init_ray
-from training.storage import Storage, StorageError, check_writable, resolve
+from training.storage import Storage, StorageError, check_writable, resolve, s3_env
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 DEMO_DEFAULTS = {"data": str(SHIPPED), "tokenizer": BYTES, "name": "demo", "log_every": 1,
@@ -40,6 +41,7 @@ byte tokenizer, 5% held out, so the training and evaluation losses visibly fall 
 # every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
 # Ray never grows, so there the check fails at once.
 CAPACITY_WAIT_S, CAPACITY_POLL_S = 600.0, 10.0
+MLFLOW_ENV = "MLFLOW_TRACKING_URI"  # honoured as mlflow's own clients do, unless the flag is given
 
 
 class JobError(RuntimeError):
@@ -60,6 +62,8 @@ def parse(argv: list[str] | None = None) -> TrainConfig:
     args = vars(build_parser().parse_args(argv))
     local, demo = args.pop("local"), args.pop("demo")
     given = {k: v for k, v in args.items() if v is not None}
+    if "mlflow_tracking_uri" not in given and os.environ.get(MLFLOW_ENV):
+        given["mlflow_tracking_uri"] = os.environ[MLFLOW_ENV]
     base = {**LOCAL_DEFAULTS, **DEMO_DEFAULTS} if demo else dict(LOCAL_DEFAULTS) if local else {}
     return TrainConfig(**{**base, **given}).validated()
 
@@ -243,6 +247,8 @@ def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool,
                              storage_filesystem=storage.filesystem,
                              failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
+                             # --model s3://...: workers read it as the driver does
+                             worker_runtime_env={"env_vars": s3_env()} if s3_env() else None,
                              logging_config=LoggingConfig(log_level="WARNING")),
     )
     try:
@@ -292,6 +298,11 @@ def _summary(result, storage: Storage, cfg: TrainConfig, data_format: str) -> di
         "nccl_transport": m.get("nccl_transport"),
         "efa_preflight": m.get("efa_preflight"),
         "stopped": m.get("stopped"),  # why the run ended early (a non-finite loss), if it did
+        "export_path": m.get("export_path"),  # the Hugging Face model directory, when exported
+        "mlflow_run_id": m.get("mlflow_run_id"),
+        "mlflow_error": m.get("mlflow_error"),  # why tracking stopped (training went on)
+        "load_s": m.get("load_s"),  # pretrained weights: read on rank 0, broadcast, sharded
+        "load_host_rss_gib": m.get("load_host_rss_gib"),  # peak host RSS per rank after it
         **{f.name: m.get(f.name) for f in dataclasses.fields(Plan)},  # what the defaults chose
         **{k: m.get(k) for k in LINK_FIELDS},  # is the link the bottleneck?
     }

@@ -20,6 +20,7 @@ FALLBACK_ACTIONS = ("fail", "warn")
 LOSS_TOKENS = ("completion", "all")
 ATTENTION = ("sdpa", "flex_attention")
 RANDOM_DATA = ("random", "repeat")  # --data values that are not files (training.data.random_tokens)
+EXPORT_DTYPES = ("bf16", "fp32")
 
 
 class InputError(ValueError):
@@ -38,7 +39,8 @@ class ConfigError(InputError):
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     model: str = field(default="tiny", metadata={"help": "built-in random-init shape (`tiny`, "
-                       "`qwen2.5-1.5b`), a Hugging Face model id, or a local model directory"})
+                       "`qwen2.5-1.5b`), a Hugging Face model id, or a model directory (local or "
+                       "s3://bucket/prefix/, e.g. a previous run's export)"})
     tokenizer: str | None = field(default=None, metadata={"help": "tokenizer id or directory for "
                                   "--data text files, or `bytes` (UTF-8 bytes, built in); "
                                   "defaults to --model"})
@@ -133,8 +135,15 @@ class TrainConfig:
                                                     "fail unless NCCL uses EFA between nodes"})
     on_fallback: Literal["fail", "warn"] = field(default="fail", metadata={"help": "when NCCL "
                                                  "fell back to TCP sockets: stop the job or only warn"})
-    export: bool = field(default=False, metadata={"help": "write a consolidated Hugging Face "
-                         "model to the run directory at the end"})
+    export: bool = field(default=False, metadata={"help": "at the end of a run that did not "
+                         "fail, write a Hugging Face model directory (weights, config, generation "
+                         "config, tokenizer) to <run directory>/hf_model, marked COMPLETE last"})
+    export_dtype: Literal["bf16", "fp32"] = field(default="bf16", metadata={"help": "dtype of "
+                                                  "the exported weights"})
+    mlflow_tracking_uri: str | None = field(default=None, metadata={"help": "MLflow tracking "
+                                            "server (http[s]://...): one MLflow run per training "
+                                            "run, logged by rank 0; default: MLFLOW_TRACKING_URI, "
+                                            "else no tracking"})
     fault_at_step: int | None = field(default=None, metadata={"help": "test hook: one worker "
                                       "exits at this step of a fresh run", "hidden": True})
     fault_in_save_at_step: int | None = field(default=None, metadata={"help": "test hook: one "
@@ -175,6 +184,12 @@ class TrainConfig:
                        "least the reduce dtype); drop --accum-dtype or set --reduce-dtype bf16")
         if self.expect_transport not in TRANSPORT_EXPECTATIONS:
             out.append(f"--expect-transport must be one of {TRANSPORT_EXPECTATIONS}")
+        if self.export_dtype not in EXPORT_DTYPES:
+            out.append(f"--export-dtype must be one of {EXPORT_DTYPES} (got {self.export_dtype!r})")
+        if self.mlflow_tracking_uri is not None and \
+                not re.match(r"^https?://[^/\s]+", self.mlflow_tracking_uri):
+            out.append(f"--mlflow-tracking-uri must be a tracking server's http:// or https:// "
+                       f"URL (got {self.mlflow_tracking_uri!r})")
         if self.on_fallback not in FALLBACK_ACTIONS:
             out.append(f"--on-fallback must be one of {FALLBACK_ACTIONS}")
         out += self._eval_problems()

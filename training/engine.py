@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -10,11 +11,12 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from transformers import PretrainedConfig
 
+from training import loading
 from training.config import ConfigError, TrainConfig
 from training.data.packing import Batch
 from training.loss import label_count
 from training.metrics import flops_per_token
-from training.model import CausalLMWithLoss, build_model, count_params
+from training.model import CausalLMWithLoss, build_model, count_params, is_builtin
 from training.memory import Footprint, cannot_fit, fits, plan_batch
 from training.mesh import build_mesh
 from training.parallelize import shard_model
@@ -44,11 +46,14 @@ class Engine:
     plan: Plan
     mesh: DeviceMesh | None = None
     grad_norm: torch.Tensor | None = None  # of the last train_step
+    load: dict = field(default_factory=dict)  # pretrained weights: seconds, host RSS per rank
 
 
 def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
     """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process group."""
-    lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device, attention=cfg.attention)
+    started = time.perf_counter()
+    lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device,  # meta if pretrained
+                     attention=cfg.attention)
     num_params = count_params(lm)
     world = dist.get_world_size() if dist.is_initialized() else 1
     mesh, layout = build_mesh(cfg.hsdp_replicas, device)
@@ -61,13 +66,15 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
                 activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile,
                 reduce_dtype=plan.reduce_dtype, accum_dtype=plan.accum_dtype,
                 prefetch_layers=cfg.prefetch_layers)
+    load = {} if is_builtin(cfg.model) else loading.load_sharded(
+        model, loading.rank0_state(cfg.model, model_cfg, dist.get_rank()), device, started)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
     fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size, cfg.seq_len)
-    return Engine(model, optimizer, device, num_params, fpt, plan, mesh)
+    return Engine(model, optimizer, device, num_params, fpt, plan, mesh, load=load)
 
 
 def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_gpu: bool) -> Plan:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import time
 from typing import Callable
@@ -18,14 +19,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from training import bandwidth, checkpoint, device_time, transport
+from training import bandwidth, checkpoint, device_time, export, tracking, transport
 from training.config import TrainConfig
 from training.data.packing import Batch, Samples
 from training.data.random_tokens import RANDOM_MODES, random_batch
 from training.engine import Engine, build_engine, mean_across_ranks, train_step
 from training.evaluate import Evaluator, perplexity
 from training.metrics import mfu, peak_flops
-from training.model import is_builtin, model_config
+from training.model import model_config
 from training.ray_setup import worker_context
 from training.run_files import RunFiles
 from training.schedule import Schedule, resume_schedule
@@ -33,7 +34,7 @@ from training.schedule import Schedule, resume_schedule
 
 def train_func(loop_config: dict) -> None:
     cfg = TrainConfig(**loop_config["train"])
-    rank, world, local_rank, device = worker_context()
+    rank, world, _, device = worker_context()
     marks = {"train_started": time.time()}  # wall clock: the cold-start timeline's milestones
 
     log_path = transport.capture_nccl_log(rank)
@@ -43,7 +44,6 @@ def train_func(loop_config: dict) -> None:
     if rank == 0 and link.message:
         print(f"WARNING: {link.message}", flush=True)
 
-    _fetch_weights_once_per_node(cfg.model, local_rank)
     engine = build_engine(cfg, model_config(cfg.model, loop_config.get("vocab_size")), device)
     # --tokens-per-step: the engine's planner chose micro-batch and accumulation to fit memory.
     cfg = dataclasses.replace(cfg, micro_batch_size=engine.plan.micro_batch_size,
@@ -53,6 +53,9 @@ def train_func(loop_config: dict) -> None:
     state, schedule, notes = start_state(cfg, saved, tokens["fingerprint"] if tokens else cfg.data)
     for note in notes if rank == 0 else ():
         print(f"WARNING: {note}", flush=True)
+    if rank == 0 and engine.load:
+        print(f"load: {engine.load['load_s']:.1f} s, peak host RSS per rank (GiB) "
+              f"{engine.load['load_host_rss_gib']}", flush=True)
 
     batch_at = _batches(cfg, rank, world, loop_config.get("vocab_size") or
                         engine.model.lm.config.vocab_size, tokens)
@@ -61,7 +64,7 @@ def train_func(loop_config: dict) -> None:
             "nccl_transport": link.verdict, "nccl_nodes": link.nodes, "efa_preflight": preflight,
             "num_params": engine.num_params, "cold_start_marks": marks,
             "waited_for_workers_s": loop_config.get("waited_for_workers_s"),
-            "time_to_first_step_s": None, **dataclasses.asdict(engine.plan),
+            "time_to_first_step_s": None, **dataclasses.asdict(engine.plan), **engine.load,
             **bandwidth.probe(engine.mesh, device)}
     evaluator = Evaluator.for_run(RunFiles.from_context().fs, tokens and tokens["eval"], cfg,
                                   rank, world)
@@ -95,17 +98,6 @@ def _preflight(cfg: TrainConfig) -> str:
     if problems and cfg.expect_transport == "efa" and cfg.on_fallback == "fail":
         raise transport.TransportError("EFA preflight failed: " + "; ".join(problems))
     return "ok" if not problems else "failed: " + "; ".join(problems)
-
-
-def _fetch_weights_once_per_node(spec: str, local_rank: int) -> None:
-    """Local rank 0 downloads pretrained weights into the node's cache while the others wait."""
-    if is_builtin(spec) or os.path.isdir(spec):
-        return
-    if local_rank == 0:
-        from huggingface_hub import snapshot_download
-
-        snapshot_download(spec, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"])
-    dist.barrier()
 
 
 BatchAt = Callable[[int, int, int], Batch | tuple[torch.Tensor, torch.Tensor]]
@@ -215,6 +207,8 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
     on_gpu = engine.device.type == "cuda"
     peak = peak_flops(torch.cuda.get_device_name(engine.device) if on_gpu else None)
     files = RunFiles.from_context() if rank == 0 else None
+    tracker = tracking.start(cfg.mlflow_tracking_uri, files, cfg.name,
+                             {**cfg.to_dict(), **dataclasses.asdict(engine.plan)})
     clock = _Clock(cfg.tokens_per_step_per_worker * world)
     guard = _NonFiniteGuard(engine.device)
     pending: list[dict] = []  # metrics rows not yet in metrics.csv
@@ -256,9 +250,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
                 # Not a worker failure: a retry would replay the same samples at the same
                 # learning rate into the same divergence, so the run ends here and says why.
                 saver.wait()  # a save in flight is of a good step
-                if files:
-                    files.append_metrics(pending)
-                    files.write_json("summary.json", {**last, "stopped": str(e)})
+                _finish(cfg, engine, files, tracker, {**last, "stopped": str(e)}, pending)
                 return
             loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
             if step == first_step and run_started_at is not None:  # wall clock: the run began
@@ -283,6 +275,7 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
                 **info,
             }
             pending.append(metrics)
+            tracker.log({k: v for k, v in metrics.items() if k not in info}, step)
             if rank == 0:
                 mfu_text = f"  mfu {metrics['mfu']:.3f}" if metrics["mfu"] is not None else ""
                 eval_text = (f"  eval loss {evaluated['eval_loss']:.4f}  perplexity "
@@ -301,22 +294,21 @@ def _run_steps(cfg: TrainConfig, engine: Engine, batch_at: BatchAt, state: check
             untimed = False
         _inject_fault(cfg, step, info, rank, saver)
     saver.wait()
-    if files:
-        files.append_metrics(pending)
-        files.plot()
-        files.write_json("summary.json", last)
-    if cfg.export:
-        _export(engine, files)
+    _finish(cfg, engine, files, tracker, last, pending)
 
 
-def _export(engine: Engine, files: RunFiles | None) -> None:
-    """Consolidated Hugging Face model (full state dict gathered to rank 0) in the run directory."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    full = get_model_state_dict(engine.model, options=StateDictOptions(full_state_dict=True,
-                                                                       cpu_offload=True))
+def _finish(cfg: TrainConfig, engine: Engine, files: RunFiles | None, tracker: tracking.Tracker,
+            last: dict, pending: list[dict]) -> None:
+    """Collective: the run's last files. Only a run that did not stop early is exported; the
+    summary goes to the tracker (with the plot and the export's path) before it is written."""
+    stopped = last.get("stopped")
+    path = export.export(engine, cfg, files) if cfg.export and not stopped else None
     if files is None:
         return
-    state = {k.removeprefix("lm."): v for k, v in full.items()}
-    with files.local_dir("hf_model") as d:
-        engine.model.lm.save_pretrained(d, state_dict=state)
+    files.append_metrics(pending)
+    files.plot()
+    summary = {**last, "export_path": path}
+    tracker.finish({"summary.json": json.dumps(summary).encode(),
+                    "metrics.png": files.read_bytes("metrics.png")},
+                   {"export_path": path} if path else {}, failed=bool(stopped))
+    files.write_json("summary.json", {**summary, **tracker.summary()})

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
+from training.loading import ModelError, check_model_dir, is_s3, local_dir
 from training.loss import fused_linear_cross_entropy, label_count
 
 # Qwen2.5 shapes from the published configs (Qwen/Qwen2.5-{0.5B,1.5B} config.json); `tiny` keeps the
@@ -30,10 +31,6 @@ BUILTIN_SHAPES: dict[str, dict] = {
 }
 
 
-class ModelError(ValueError):
-    """The model named by --model (or its tokenizer) cannot be used."""
-
-
 def is_builtin(spec: str) -> bool:
     return spec in BUILTIN_SHAPES
 
@@ -46,10 +43,12 @@ def model_config(spec: str, vocab_size: int | None = None) -> PretrainedConfig:
             shape["vocab_size"] = vocab_size
         config = Qwen2Config(tie_word_embeddings=True, **shape)
     else:
-        if _looks_like_path(spec) and not Path(spec).is_dir():
+        if is_s3(spec) or Path(spec).is_dir():
+            check_model_dir(spec)
+        elif _looks_like_path(spec):
             raise ModelError(f"--model {spec!r}: no such model directory")
         try:
-            config = AutoConfig.from_pretrained(spec)
+            config = AutoConfig.from_pretrained(local_dir(spec))
         except (OSError, ValueError) as e:
             raise ModelError(f"--model {spec!r}: cannot load its config ({_first_line(e)}); "
                              "pass a Hugging Face id, a local model directory, or a built-in "
@@ -64,23 +63,33 @@ def max_positions(config: PretrainedConfig) -> int:
 
 def build_model(spec: str, config: PretrainedConfig, *, seed: int,
                 device: torch.device | None = None, attention: str = "sdpa") -> nn.Module:
-    """Random init (same weights on every rank, from `seed`) or pretrained weights, in fp32.
+    """Random init (same weights on every rank, from `seed`) in fp32, or, for pretrained weights,
+    the bare architecture on the meta device (training/loading.py fills it after sharding).
 
     fp32 is deliberate: these are the master weights; FSDP2's mixed-precision policy casts to bf16
     for compute on GPU. Random init happens directly on `device` (seconds, not minutes, for 1.5B).
     """
-    if is_builtin(spec):
-        torch.manual_seed(seed)
-        with torch.device(device or "cpu"):
-            return AutoModelForCausalLM.from_config(config, attn_implementation=attention,
-                                                    dtype=torch.float32)
-    return AutoModelForCausalLM.from_pretrained(spec, config=config, attn_implementation=attention,
+    torch.manual_seed(seed)
+    with torch.device("meta" if not is_builtin(spec) else device or "cpu"):
+        return AutoModelForCausalLM.from_config(config, attn_implementation=attention,
                                                 dtype=torch.float32)
 
 
 def count_params(model: nn.Module) -> int:
     """Parameters counted once each (a tied LM head counts once: its matmul is the FLOPs)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """{alias: canonical} for parameters registered under two names (the tied LM head)."""
+    first: dict[int, str] = {}
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return out
 
 
 class CausalLMWithLoss(nn.Module):

@@ -1,17 +1,17 @@
-"""Files rank 0 writes into the run directory (local or S3): metrics.csv, the plot, the export."""
+"""Files rank 0 writes into the run directory (local or S3): metrics.csv, the plot, the export,
+the summary."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tempfile
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow.fs as pafs
 import ray.train
 
 from training.metrics import merge_csv, plot_csv
+from training.storage import display_path
 
 
 class RunFiles:
@@ -23,12 +23,20 @@ class RunFiles:
         storage = ray.train.get_context().get_storage()
         return cls(storage.storage_filesystem, storage.experiment_fs_path)
 
-    def _read(self, name: str) -> str:
+    def uri(self, name: str) -> str:
+        """`run_dir/name` as a user writes it (s3://... on S3)."""
+        return display_path(self.fs, f"{self.run_dir}/{name}")
+
+    def read_bytes(self, name: str) -> bytes:
+        """The file's contents; empty when it does not exist."""
         path = f"{self.run_dir}/{name}"
         if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
-            return ""
+            return b""
         with self.fs.open_input_stream(path) as f:
-            return f.read().decode()
+            return f.read()
+
+    def _read(self, name: str) -> str:
+        return self.read_bytes(name).decode()
 
     def _write(self, name: str, payload: bytes) -> None:
         self.fs.create_dir(self.run_dir, recursive=True)
@@ -55,10 +63,14 @@ class RunFiles:
             plot_csv(text, png)
             self._write("metrics.png", png.read_bytes())
 
-    @contextlib.contextmanager
-    def local_dir(self, name: str) -> Iterator[str]:
-        """A local directory whose contents are copied to `run_dir/name` on success."""
-        with tempfile.TemporaryDirectory() as d:
-            yield d
-            self.fs.create_dir(f"{self.run_dir}/{name}", recursive=True)
-            pafs.copy_files(d, f"{self.run_dir}/{name}", destination_filesystem=self.fs)
+    def publish(self, local: str, name: str, marker: str) -> None:
+        """Replace `run_dir/name` with the local directory's files, then write `marker` into it:
+        a directory with the marker holds every file (no marker: torn, or being replaced)."""
+        target = f"{self.run_dir}/{name}"
+        self.fs.create_dir(target, recursive=True)
+        self.fs.delete_dir_contents(target)  # the marker first: never a mix of two versions
+        pafs.copy_files(local, target, destination_filesystem=self.fs)
+        self._write(f"{name}/{marker}", b"all files written\n")
+
+    def has(self, name: str) -> bool:
+        return self.fs.get_file_info(f"{self.run_dir}/{name}").type == pafs.FileType.File

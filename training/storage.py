@@ -31,7 +31,23 @@ class Storage:
         return f"{self.path}/{name}"
 
     def display(self, fs_path: str) -> str:
-        return f"s3://{fs_path}" if isinstance(self.filesystem, pafs.S3FileSystem) else fs_path
+        return display_path(self.filesystem, fs_path)
+
+
+def display_path(fs: pafs.FileSystem, fs_path: str) -> str:
+    """A path on `fs` as a user writes it: s3://bucket/key on S3, the local path otherwise."""
+    return f"s3://{fs_path}" if isinstance(fs, pafs.S3FileSystem) else fs_path
+
+
+# What `resolve` reads from the environment for S3; set on the driver (a local run against an
+# S3-compatible server), the same values reach the train workers (cli._fit). On EKS none is set:
+# every pod has its own Pod Identity credentials.
+S3_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+          "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+def s3_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in S3_ENV if os.environ.get(k)}
 
 
 def resolve(uri: str, flag: str = "--storage-path") -> Storage:

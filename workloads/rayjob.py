@@ -18,6 +18,7 @@ import shlex
 
 import yaml
 
+from stack.catalog import MLFLOW_CLIENT
 from stack.config import StackConfig
 from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGET_S
 from training.config import TrainConfig
@@ -47,7 +48,7 @@ def job_settings(cfg: StackConfig, storage_uri: str) -> TrainConfig:
     plus what the stack decides (stack.config.SET_BY_THE_STACK)."""
     return dataclasses.replace(
         cfg.training, num_workers=cfg.num_workers, use_gpu=True, storage_path=storage_uri,
-        name=run_name(cfg), address="auto",
+        name=run_name(cfg), address="auto", mlflow_tracking_uri=cfg.mlflow_tracking_uri,
         # Traffic crosses nodes: anything but EFA is a failure.
         expect_transport="efa" if cfg.gpu_node_count > 1 else "any")
 
@@ -75,8 +76,9 @@ def head_service(rayjob_name: str) -> str:
 def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict:
     name = f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
     runtime_env = {"working_dir": CODE_MOUNT}
-    if cfg.extra_pip:
-        runtime_env["pip"] = list(cfg.extra_pip)
+    pip = [*cfg.extra_pip, *([MLFLOW_CLIENT] if cfg.mlflow_tracking_uri else [])]
+    if pip:
+        runtime_env["pip"] = pip
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",

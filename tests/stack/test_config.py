@@ -196,6 +196,11 @@ def test_no_declared_key_is_a_secret_with_a_default():
     ({"training": json.dumps({"gradAccum": 0})}, "training.gradAccum (--grad-accum) must be at least 1"),
     ({"training": json.dumps(["steps"])}, "training: expected an object"),
     ({"extraPip": json.dumps("datasets")}, "extraPip: expected a list of strings"),
+    ({"training": json.dumps({"mlflowTrackingUri": "http://m:5000"})},
+     "training.mlflowTrackingUri: not a setting here; set the stack key mlflowTrackingUri"),
+    ({"mlflowTrackingUri": "mlflow.internal:5000"},
+     "mlflowTrackingUri: must be a tracking server's http:// or https:// URL"),
+    ({"training": json.dumps({"exportDtype": "fp16"})}, "training.exportDtype: expected 'bf16'"),
 ])
 def test_typos_and_misplaced_settings_name_the_key_and_the_fix(raw, message):
     assert any(message in p for p in problems(raw)), problems(raw)

@@ -1,8 +1,10 @@
-"""Fixtures for tests that run the real job: a tiny tokenizer, S3 (the shared local Ray is in
-tests/conftest.py)."""
+"""Fixtures for tests that run the real job: a tiny tokenizer, S3, an MLflow tracking server (the
+shared local Ray is in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -62,9 +64,7 @@ def s3_server(monkeypatch):
     """An S3-compatible server (moto) on loopback with an empty bucket; yields the bucket name."""
     import boto3
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"
@@ -84,6 +84,44 @@ def s3_server(monkeypatch):
             time.sleep(0.3)
     yield client
     proc.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server (`mlflow server`, SQLite backend, artifacts proxied to a
+    local directory) on loopback, started once per session; yields its URI."""
+    import urllib.request
+
+    root = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
+         "--artifacts-destination", str(root / "artifacts")],
+        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        # No job runner (GenAI evaluation jobs: seven huey worker processes otherwise).
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise RuntimeError(f"mlflow server did not start (exit {proc.poll()})")
+            time.sleep(0.5)
+    yield uri
+    os.killpg(proc.pid, signal.SIGTERM)  # the server and the workers it started
+    proc.wait(timeout=30)
 
 
 @pytest.fixture()

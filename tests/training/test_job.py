@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.training import kube_fake
+from tests.training.conftest import free_port
 from training import checkpoint, cli, kube_api
 from training.config import ConfigError, TrainConfig
 from training.data.synthetic import SHIPPED
@@ -32,10 +33,12 @@ def read_metrics(tmp_path, name="qwen-fsdp") -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_loss_halves_on_a_repeated_batch(tmp_path, monkeypatch, capsys):
+def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path, monkeypatch,
+                                                                     capsys):
     started = tmp_path / "run-started-at"  # as the run's Ray head records it, 100 s ago
     started.write_text(str(int(time.time()) - 100))
     monkeypatch.setenv(cli.RUN_STARTED_ENV, str(started))
+    monkeypatch.setenv(cli.MLFLOW_ENV, f"http://127.0.0.1:{free_port()}")  # nothing listens
     # As in a Ray head on EKS: a Kubernetes API (on loopback) holding the run's start, 10 min ago.
     world = kube_fake.cold_start_world(time.time() - 600, "demo-cluster", "demo-job")
     rbac = head_rbac("ray", "demo-job", True)
@@ -53,6 +56,7 @@ def test_loss_halves_on_a_repeated_batch(tmp_path, monkeypatch, capsys):
                            "model and data ready", "first optimizer step"]
     assert s["cold_start"]["total_s"] >= 600 and s["cold_start"]["gpu_node_usd"] > 0
     assert s["steps"] == 30 and s["world_size"] == 2
+    assert "Connection" in s["mlflow_error"] and s["mlflow_run_id"] is None  # said, not fatal
     assert s["last_loss"] < 0.5 * s["first_loss"], s
     # Time to first step counts from the run's start, and the workers' wait is part of it.
     assert 100 <= s["waited_for_workers_s"] < s["time_to_first_step_s"], s
@@ -61,8 +65,10 @@ def test_loss_halves_on_a_repeated_batch(tmp_path, monkeypatch, capsys):
     assert "for transport and throughput checks only" in capsys.readouterr().out
 
 
-def test_rerun_resumes_continues_steps_schedule_and_first_loss_skipping_torn_saves(tmp_path):
-    flags = ["--checkpoint-every", "2", "--log-every", "1", "--warmup-steps", "2"]
+def test_rerun_resumes_continues_steps_schedule_first_loss_and_mlflow_run_skipping_torn_saves(
+        tmp_path, mlflow_server):
+    flags = ["--checkpoint-every", "2", "--log-every", "1", "--warmup-steps", "2",
+             "--mlflow-tracking-uri", mlflow_server]
     first = run(tmp_path, "--steps", "4", *flags)
     assert first["resumed_from_step"] is None and first["checkpoint"].endswith("step0000004")
     assert 0 < first["checkpoint_gib"] < 0.01
@@ -83,6 +89,14 @@ def test_rerun_resumes_continues_steps_schedule_and_first_loss_skipping_torn_sav
     # instead of jumping back up the 8-step schedule.
     lrs = [float(r["lr"]) for r in rows]
     assert lrs[4:] == pytest.approx([lrs[3]] * 4) and lrs[4] < lr_at(5, TrainConfig(steps=8))
+    # One MLflow run across both: every step's metrics, the first settings, the changed one.
+    assert first["mlflow_error"] is None and second["mlflow_run_id"] == first["mlflow_run_id"]
+    tracked = mlflow_run(mlflow_server, first["mlflow_run_id"])
+    assert tracked["loss"] == [(i, pytest.approx(float(r["loss"]))) for i, r in enumerate(rows, 1)]
+    assert [step for step, _ in tracked["grad_norm"]] == list(range(1, 9))
+    assert tracked["params"]["steps"] == "4" and tracked["tags"]["resumed.steps"] == "8"
+    assert tracked["params"]["micro_batch_size"] == "4" and tracked["status"] == "FINISHED"
+    assert {"summary.json", "metrics.png"} <= tracked["artifacts"]
 
 
 def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_eval_losses(
@@ -123,20 +137,26 @@ def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_
     assert kept == ["checkpoint-step0000002", "checkpoint-step0000004"]
 
 
-def test_trains_on_shipped_text_exports_and_continues_from_the_export(tmp_path, tokenizer_dir):
+def test_trains_exports_to_s3_and_the_next_run_continues_from_that_export(
+        tmp_path, tokenizer_dir, s3_server, mlflow_server):
     text = ["--data", str(REPO / "training/data/sample_data/tiny_corpus.jsonl"), "--seq-len", "64",
-            "--micro-batch-size", "2", "--checkpoint-every", "0"]
-    s = run(tmp_path, *text, "--tokenizer", str(tokenizer_dir), "--steps", "12", "--lr", "5e-3",
-            "--log-every", "4", "--export")
+            "--micro-batch-size", "2", "--checkpoint-every", "0", "--local",
+            "--storage-path", "s3://ckpt/runs"]
+    s = cli.run(cli.parse([*text, "--tokenizer", str(tokenizer_dir), "--steps", "12",
+                           "--lr", "5e-3", "--log-every", "4", "--export",
+                           "--mlflow-tracking-uri", mlflow_server]))
     assert s["steps"] == 12 and s["last_loss"] < s["first_loss"]
-    exported = tmp_path / "runs/qwen-fsdp/hf_model"
-    (exported / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        if (tokenizer_dir / name).exists():
-            (exported / name).write_bytes((tokenizer_dir / name).read_bytes())
-    # A local Hugging Face directory as --model: from_pretrained loads the trained weights.
-    again = run(tmp_path, *text, "--model", str(exported), "--steps", "2", "--name", "continued")
+    assert s["export_path"] == "s3://ckpt/runs/qwen-fsdp/hf_model"
+    keys = {o["Key"] for o in s3_server.list_objects_v2(Bucket="ckpt", Prefix="runs/qwen-fsdp/"
+                                                         "hf_model/")["Contents"]}
+    assert {f"runs/qwen-fsdp/hf_model/{f}" for f in ("COMPLETE", "model.safetensors",
+            "config.json", "generation_config.json", "tokenizer.json")} <= keys
+    assert mlflow_run(mlflow_server, s["mlflow_run_id"])["tags"]["export_path"] == s["export_path"]
+    # The export as --model: rank 0 reads it from S3, the others get their shards from rank 0.
+    again = cli.run(cli.parse([*text, "--model", s["export_path"] + "/", "--steps", "2",
+                               "--tokenizer", str(tokenizer_dir), "--name", "continued"]))
     assert again["first_loss"] < s["first_loss"] - 0.5, (s, again)
+    assert len(again["load_host_rss_gib"]) == 2 and again["load_s"] > 0
 
 
 def test_checkpoints_to_s3_and_resumes_from_it(tmp_path, s3_server):
@@ -173,6 +193,21 @@ def test_resuming_a_run_on_other_data_fails_before_ray_starts(tmp_path, no_ray):
     (saved / checkpoint.STATE_FILE).write_text(json.dumps(dataclasses.asdict(state)))
     with pytest.raises(ValueError, match="trained on other data.*or a new --name"):
         run(tmp_path, "--data", "repeat")
+
+
+def mlflow_run(uri: str, run_id: str) -> dict:
+    """What the tracking server holds for a run: metric histories as (step, value), params,
+    tags, status and artifact names."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    history = {k: [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, k),
+                                                      key=lambda m: m.step)]
+               for k in run.data.metrics}
+    return {**history, "params": run.data.params, "tags": run.data.tags,
+            "status": run.info.status,
+            "artifacts": {a.path for a in client.list_artifacts(run_id)}}
 
 
 def test_more_workers_than_the_cluster_has_is_refused(tmp_path):

@@ -326,8 +326,26 @@ def test_the_stack_sets_every_setting_it_keeps_from_the_training_object(code):
     from training.config import TrainConfig
     from workloads.rayjob import job_settings
 
-    job = job_settings(stack(), S3)  # the dev stack: two nodes, so EFA is expected
+    # The dev stack (two nodes, so EFA is expected) with tracking on.
+    job = job_settings(stack(mlflowTrackingUri="http://mlflow.internal:5000"), S3)
     defaults = TrainConfig()
     assert {f: getattr(job, f) for f in SET_BY_THE_STACK
             if getattr(job, f) == getattr(defaults, f)} == {}
     assert set(SET_BY_THE_STACK) <= {f.name for f in dc.fields(TrainConfig)}
+
+
+def test_mlflow_tracking_installs_the_pinned_client_and_the_job_gets_the_uri(code):
+    from stack.catalog import MLFLOW_CLIENT
+
+    off = yaml.safe_load(build_rayjob(stack(), code, S3)["spec"]["runtimeEnvYAML"])
+    assert "pip" not in off  # no tracking: nothing installed, nothing imported
+    cfg = stack(mlflowTrackingUri="http://mlflow.internal:5000", extraPip='["datasets==4.4.1"]')
+    job = build_rayjob(cfg, code, S3)["spec"]
+    assert yaml.safe_load(job["runtimeEnvYAML"])["pip"] == ["datasets==4.4.1", MLFLOW_CLIENT]
+    from training.cli import build_parser
+
+    flags = build_parser().parse_args(shlex.split(job["entrypoint"])[3:])
+    assert flags.mlflow_tracking_uri == "http://mlflow.internal:5000"
+    assert flags.export  # the cluster exports the fine-tuned model by default (JOB_DEFAULTS)
+    # The tests' MLflow is the client the cluster installs.
+    assert MLFLOW_CLIENT in (REPO / "requirements-dev.txt").read_text().splitlines()

@@ -133,4 +133,6 @@ def _hf_tokenizer(name: str):
     """Loaded once per process."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(name)
+    from training.loading import local_dir
+
+    return AutoTokenizer.from_pretrained(local_dir(name))  # s3://: its files, copied here
