@@ -8,17 +8,19 @@
 #            `repeat` data); on NVLink, HSDP (2 replicas of 1 GPU) vs FSDP and bf16 vs fp32 reduce
 #   nvlink   no regression on NVLink against RESULTS.md; the batch planner under a 22 GiB budget
 #   recheck  NVLink again with peak memory read before the compute probe; sockets at mb 8 x 2
-#   trust    one GPU (nvidia-h200), about 8 minutes: bf16 vs fp32 gradient accumulation
-#            (bench.precision), the memory planner against measured peaks (bench.calibrate), the
-#            job's throughput with sync vs async checkpoints (bench.checkpoints), and the
-#            reference with and without FSDP1's no_sync() at world size 1
+#   precision one GPU (nvidia-h200), about 4 minutes: bf16 vs fp32 gradient accumulation
+#   trust    one GPU, about 8 minutes: the memory planner against measured peaks
+#            (bench.calibrate), the job's throughput with sync vs async checkpoints
+#            (bench.checkpoints), and the reference with and without FSDP1's no_sync() at
+#            world size 1
+#   fine-tune one GPU, about 5 minutes: the document-mask variants; loading both ways
 # Afterwards, here: copy $OUT's JSON into bench/runs/<date>/ and run `python -m bench.results`
 # (RESULTS.md) and `python -m bench.calibrate --fit bench/runs/<date>/calibration.json`.
 # MODEL/SEQ/WORKERS override the shape for a CPU rehearsal of the flags (tests/bench/test_runbook.py
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|trust}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -70,17 +72,27 @@ recheck)  # after the peak-memory fix: clean NVLink peaks; the planner's micro-b
     --label "sockets proxy, mb 8 x 2 accumulated (the planner's choice for 65,536 tokens/step)" \
     --json-out "$OUT/sockets-mb8x2.json" 2>&1 | tee -a "$OUT/recheck.log"
   ;;
+precision)  # one GPU: bf16 vs fp32 gradient accumulation over 16 micro-batches (issue 22)
+  timeout 230 python3 -m bench.precision --model "$MODEL" --seq-len "$SEQ" --steps 3 \
+    --json-out "$OUT/precision.json" 2>&1 | tee "$OUT/precision.log"
+  ;;
 trust)  # one GPU; each step's JSON is written even when a later one fails
-  timeout 140 python3 -m bench.precision --model "$MODEL" --seq-len "$SEQ" --steps 6 \
-    --json-out "$OUT/precision.json" 2>&1 | tee "$OUT/trust.log"
-  timeout 180 python3 -m bench.calibrate --model "$MODEL" --seq-len "$SEQ" \
-    --json-out "$OUT/calibration.json" 2>&1 | tee -a "$OUT/trust.log"
-  timeout 250 python3 -m bench.checkpoints --storage-path /tmp/ckpt-bench \
+  timeout 190 python3 -m bench.calibrate --model "$MODEL" --seq-len "$SEQ" \
+    --json-out "$OUT/calibration.json" 2>&1 | tee "$OUT/trust.log"
+  timeout 230 python3 -m bench.checkpoints --storage-path /tmp/ckpt-bench --steps 40 \
     --json-out "$OUT/checkpoints.json" 2>&1 | tee -a "$OUT/trust.log"
   timeout 90 "${BENCH[@]}" --micro-batch-size 4 --grad-accum 4 \
     --variants reference,reference-no-sync \
     --label "world size 1: FSDP1 reference with and without no_sync()" \
     --json-out "$OUT/reference-no-sync-ws1.json" 2>&1 | tee -a "$OUT/trust.log"
+  ;;
+fine-tune)  # one GPU: packed rows with a document mask vs causal (issue 19); loading the 1.5B
+  # weights on every rank vs rank 0 + broadcast (issue 20: time on the GPU, host memory of 4 ranks)
+  timeout 170 "${BENCH[@]}" --micro-batch-size 4 --variants ours,ours-docs4,ours-docs4-flex \
+    --label "4 documents per row, document mask (sdpa dense vs flex block-sparse) vs causal" \
+    --json-out "$OUT/docmask.json" 2>&1 | tee "$OUT/fine-tune.log"
+  timeout 150 python3 -m bench.loading --shape "$MODEL" --runs cuda:1,cpu:4 \
+    --out "$OUT/loading.json" 2>&1 | tee -a "$OUT/fine-tune.log"
   ;;
 *) echo "unknown part $PART" >&2; exit 2 ;;
 esac

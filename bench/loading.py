@@ -107,13 +107,17 @@ def table(result: dict) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.loading", description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="qwen2.5-1.5b", help="built-in shape to save and load")
     ap.add_argument("--runs", default="cuda:1,cpu:4", help="device:ranks,... to measure")
     ap.add_argument("--out", help="JSON result file")
     ap.add_argument("--table", metavar="JSON", help="print a saved result as Markdown and exit")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.table:
         print(table(json.loads(Path(args.table).read_text())))
         return 0

@@ -23,7 +23,8 @@ def test_runbook_benchmark_modules_accept_its_flags():
 
     text = (REPO / "bench/device-run.sh").read_text().replace("\\\n", " ")
     calls = re.findall(r"python3 -m (bench\.\w+) (.*?)(?: 2>&1|$)", text, flags=re.M)
-    assert {m for m, _ in calls} >= {"bench.precision", "bench.calibrate", "bench.checkpoints"}
+    assert {m for m, _ in calls} >= {"bench.precision", "bench.calibrate", "bench.checkpoints",
+                                     "bench.loading"}
     for module, flags in calls:
         flags = flags.replace('"$MODEL"', "tiny").replace('"$SEQ"', "32").replace("$OUT", "/tmp")
         importlib.import_module(module).build_parser().parse_args(shlex.split(flags))
