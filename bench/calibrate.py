@@ -141,22 +141,24 @@ def recorded_rows(paths: list[Path]) -> list[dict]:
 
 
 def fit(rows: list[dict]) -> dict:
-    """Least-squares constants of training/memory.py's form, peak = STATIC_FACTOR x static +
-    ACTIVATION_FACTOR[compiled] x activations + outside, from measured one-GPU rows (so NCCL_GIB
-    is not fitted; FIXED_GIB is)."""
+    """Least-squares ACTIVATION_FACTOR of training/memory.py's form, peak = STATIC_FACTOR x
+    static + ACTIVATION_FACTOR[compiled, checkpointing] x activations + outside, from measured
+    one-GPU rows, with STATIC_FACTOR and FIXED_GIB held (one GPU cannot tell them apart: see
+    training/memory.py)."""
     import numpy as np
 
-    from training.memory import parts_from
+    from training.memory import FIXED_GIB, STATIC_FACTOR, parts_from
 
-    a, b = [], []
+    groups: dict[tuple[bool, bool], list[tuple[float, float]]] = {}
     for r in rows:
         p = parts_from(r["inputs"])
-        a.append([p.static, 0 if p.compiled else p.activations, p.activations if p.compiled else 0,
-                  GIB])
-        b.append(r["peak_gib"] * GIB)
-    x = [float(v) for v in np.linalg.lstsq(np.array(a), np.array(b), rcond=None)[0]]
-    return {"STATIC_FACTOR": x[0], "ACTIVATION_FACTOR": {False: x[1], True: x[2]},
-            "FIXED_GIB": x[3]}
+        rest = r["peak_gib"] * GIB - STATIC_FACTOR * p.static - FIXED_GIB * GIB
+        groups.setdefault((p.compiled, p.checkpointing), []).append((float(p.activations), rest))
+    factors = {}
+    for key, pairs in sorted(groups.items()):
+        a, b = (np.array(v, dtype=np.float64) for v in zip(*pairs))
+        factors[key] = float(a @ b / (a @ a))
+    return {"ACTIVATION_FACTOR": factors}
 
 
 def _errors(rows: list[dict]) -> list[float]:
@@ -181,8 +183,10 @@ def report(rows: list[dict]) -> str:
                      f"{(1 + err) * r['peak_gib']:>8.2f} {err:>+7.1%}{flag}")
     lines.append(f"error range {min(errors):+.1%} .. {max(errors):+.1%} (allowed "
                  f"{LOW:+.0%} .. {HIGH:+.0%})")
-    fitted = {k: round(v, 3) if isinstance(v, float) else {c: round(f, 3) for c, f in v.items()}
-              for k, v in fit(rows).items()}
+    from training.memory import ACTIVATION_FACTOR
+
+    fitted = {"ACTIVATION_FACTOR": {**ACTIVATION_FACTOR, **{
+        k: round(f, 3) for k, f in fit(rows)["ACTIVATION_FACTOR"].items()}}}
     with mock.patch.multiple(memory, **fitted):
         refit = _errors(rows)
     lines += ["least-squares constants for training/memory.py:",

@@ -33,15 +33,18 @@ HEADROOM = 0.9
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 GIB = 2**30
 
-# Calibration constants, fit by `python -m bench.calibrate --fit` against the measured rows in
-# bench/runs/ (tests/training/test_calibration.py holds every recorded row to the tolerance).
-# Until rows are recorded: STATIC_FACTOR is the allocator's usual reserve, the activation factors
-# are the design notes' eager activations (33 GiB at 8,192 tokens of Qwen2.5-1.5B, factor 1) and
-# the compiled/eager ratio of the H200 peaks (30.2 GiB measured where eager predicted 42),
-# FIXED_GIB a CUDA 13 context with cuBLAS workspaces, NCCL_GIB NCCL's default buffers for a
-# handful of channels and peers (none of these measured alone yet).
+# Calibration constants. STATIC_FACTOR (the allocator's usual reserve on the tensors it holds),
+# FIXED_GIB (a CUDA 13 context with cuBLAS workspaces) and NCCL_GIB (NCCL's default buffers for a
+# handful of channels and peers) are set from what they are, not fitted: on one GPU every row
+# holds nearly the same static bytes, so a free fit trades them against each other (it put 11 GiB
+# "outside" the allocator and under-counted the state, which would refuse plans on an L4). The
+# activation factors, by (compiled, activation checkpointing), are fit by `python -m
+# bench.calibrate --fit` to the H200 rows of 2026-12-01 (bench/runs/2026-12-01/
+# i22-calibration.json: -4.0% .. +3.4% with these values; one row each with checkpointing);
+# tests/training/test_calibration.py holds every recorded row to the tolerance.
 STATIC_FACTOR = 1.05
-ACTIVATION_FACTOR = {False: 1.0, True: 0.72}  # by compiled
+ACTIVATION_FACTOR = {(False, False): 0.885, (True, False): 0.589,  # (compiled, checkpointing)
+                     (False, True): 3.099, (True, True): 1.511}
 FIXED_GIB = 0.75
 NCCL_GIB = 0.5
 
@@ -93,10 +96,12 @@ class Parts:
     activations: float
     outside: float
     compiled: bool
+    checkpointing: bool
 
     @property
     def total(self) -> int:
-        return int(STATIC_FACTOR * self.static + ACTIVATION_FACTOR[self.compiled] *
+        return int(STATIC_FACTOR * self.static +
+                   ACTIVATION_FACTOR[self.compiled, self.checkpointing] *
                    self.activations + self.outside)
 
 
@@ -111,7 +116,7 @@ def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum:
     static = state + accumulated + gathered + loss_bytes(fp.model_cfg, tokens, loss_chunk_tokens)
     outside = (FIXED_GIB + (NCCL_GIB if fp.world > 1 else 0)) * GIB
     return Parts(static, activation_bytes(fp.model_cfg, tokens, checkpointing), outside,
-                 fp.compiled)
+                 fp.compiled, checkpointing)
 
 
 def estimate_bytes(fp: Footprint, **shape) -> int:

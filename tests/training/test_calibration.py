@@ -31,16 +31,11 @@ def _inputs(micro: int, compiled: bool, checkpointing: bool) -> dict:
             "loss_chunk_tokens": 2048}
 
 
-def test_fit_recovers_the_constants_that_made_the_peaks(monkeypatch):
-    truth = {"STATIC_FACTOR": 1.1, "ACTIVATION_FACTOR": {False: 0.9, True: 0.6},
-             "FIXED_GIB": 1.3}
-    for name, value in truth.items():
-        monkeypatch.setattr(memory, name, value)
+def test_fit_recovers_the_factors_that_made_the_peaks(monkeypatch):
+    truth = {(False, False): 0.9, (True, False): 0.6, (False, True): 2.5, (True, True): 1.4}
+    monkeypatch.setattr(memory, "ACTIVATION_FACTOR", truth)
     rows = [{"inputs": (i := _inputs(m, c, ac)), "peak_gib": memory.estimate_from(i) / memory.GIB}
             for m in (1, 2, 3, 4) for c in (False, True) for ac in (False, True)]
     monkeypatch.undo()
-    got = fit(rows)
-    assert got["STATIC_FACTOR"] == pytest.approx(1.1, rel=1e-3)
-    assert got["ACTIVATION_FACTOR"][False] == pytest.approx(0.9, rel=1e-3)
-    assert got["ACTIVATION_FACTOR"][True] == pytest.approx(0.6, rel=1e-3)
-    assert got["FIXED_GIB"] == pytest.approx(1.3, rel=1e-2)
+    got = fit(rows)["ACTIVATION_FACTOR"]
+    assert got == pytest.approx(truth, rel=1e-3)

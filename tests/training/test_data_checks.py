@@ -57,11 +57,12 @@ def test_an_empty_document_and_unknown_columns_are_refused(tmp_path):
 
 
 def test_token_ids_beyond_the_models_vocabulary_are_refused(tmp_path):
-    from transformers import Qwen2Config
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    model = tmp_path / "small-vocab"
-    Qwen2Config(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                num_attention_heads=2, num_key_value_heads=1).save_pretrained(model)
+    model = tmp_path / "small-vocab"  # a whole model directory: --model is checked for weights
+    Qwen2ForCausalLM(Qwen2Config(vocab_size=100, hidden_size=16, intermediate_size=32,
+                                 num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=1)).save_pretrained(model)
     data = _jsonl(tmp_path / "t.jsonl", {"text": "bytes reach 256"})
     with pytest.raises(ValueError, match="token ids reach 256 .tokenizer 'bytes'. but --model "
                                          f"'{model}' has a vocabulary of 100"):

@@ -259,7 +259,8 @@ def _non_default(f, hint):
     import typing
 
     # Batch settings must fit the others (seq 128 + 3 below; a worker count dividing 8).
-    valid = {"tokens_per_step": 131 * 8 * 3, "hsdp_replicas": 2, "eval_fraction": 0.1}
+    valid = {"tokens_per_step": 131 * 8 * 3, "hsdp_replicas": 2, "eval_fraction": 0.1,
+             "accum_dtype": "fp32"}
     if f.name in valid:
         return valid[f.name]
     args = typing.get_args(hint)
