@@ -64,7 +64,7 @@ def run() -> None:
         autoscaler = AutoscalerIdentity("autoscaler", cfg, cluster_name)
         addon_deps = [cluster.system_nodes, cluster.gpu_nodes, autoscaler.association]
         gpu_zone = network.gpu_zone
-        node_group_names = {"system": f"{cfg.name}-system", "gpu": f"{cfg.name}-gpu"}
+        node_group_names = {"system": cluster.system_group, "gpu": cluster.gpu_group}
         autoscaler_values = helm_values.cluster_autoscaler(
             cluster_name, cfg.region, KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler)
         image_cache = (ImageCache("images", cfg, [cluster.system_role, cluster.gpu_role]).repository

@@ -36,7 +36,7 @@ class Cluster(pulumi.ComponentResource):
         self.cfg, self.name = cfg, name
         # Plain reads, before any resource: who gets access, the GPU group's live size.
         access_entries = admin_access_entries(cfg)
-        self.gpu_group = f"{cfg.name}-gpu"
+        self.system_group, self.gpu_group = f"{cfg.name}-system", f"{cfg.name}-gpu"
         self.gpu_live_size = node_group_desired_size(cfg.name, self.gpu_group)
         self.system_role, system_policies = self._create_node_role("system")
         self.gpu_role, gpu_policies = self._create_node_role("gpu")
@@ -109,7 +109,7 @@ class Cluster(pulumi.ComponentResource):
             opts=self._child())
         return aws.eks.NodeGroup(
             f"{self.name}-system", cluster_name=self.cluster_name, node_role_arn=self.system_role.arn,
-            node_group_name=f"{cfg.name}-system", version=cfg.kubernetes_version,
+            node_group_name=self.system_group, version=cfg.kubernetes_version,
             instance_types=[cfg.system_instance_type], ami_type="AL2023_x86_64_STANDARD",
             scaling_config={"desired_size": n, "min_size": n, "max_size": n},
             subnet_ids=[s.id for s in network.private_subnets], labels=SYSTEM_LABELS,

@@ -6,18 +6,8 @@ from __future__ import annotations
 from datetime import date
 
 from infra.root_volumes import SYSTEM_ROOT, gpu_root
-from stack.catalog import ESTIMATE_REGION, KUBERNETES_RELEASES, PRICES_SOURCE, PRICES_USD_PER_HOUR
+from stack.catalog import KUBERNETES_RELEASES, region_prices
 from stack.config import StackConfig
-
-
-def region_prices(region: str) -> tuple[dict[str, float], bool, str]:
-    """(prices, whether they are an estimate, where they come from) for a Region: its own
-    prices where the table has them, else ESTIMATE_REGION's, labelled as an estimate."""
-    if region in PRICES_USD_PER_HOUR:
-        return PRICES_USD_PER_HOUR[region], False, f"{PRICES_SOURCE}, {region}"
-    return (PRICES_USD_PER_HOUR[ESTIMATE_REGION], True,
-            f"estimate: {ESTIMATE_REGION} prices ({PRICES_SOURCE}); stack/catalog.py has no "
-            f"prices for {region}, whose prices may differ")
 
 
 def control_plane_price(price: dict[str, float], kubernetes_version: str, today: date) -> float:
@@ -46,11 +36,12 @@ def hourly_cost(cfg: StackConfig, today: date) -> dict:
         "natGateway": own * price["nat-gateway"],
         "natPublicIpv4": own * price["public-ipv4"],
     }
+    gpu = gpu_root(cfg.root_volume_gib)
     run = {
         "gpuNodesDuringRun": round(cfg.gpu_node_count * price[cfg.gpu_instance_type], 4),
-        "gpuRootVolumesDuringRun": round(cfg.gpu_node_count * cfg.root_volume_gib * price["gp3-gb"], 4),
+        "gpuRootVolumesDuringRun": round(cfg.gpu_node_count * gpu.storage_usd_per_hour(price), 4),
         "gpuRootVolumePerformanceDuringRun": round(
-            cfg.gpu_node_count * gpu_root(cfg.root_volume_gib).performance_usd_per_hour(price), 4),
+            cfg.gpu_node_count * gpu.performance_usd_per_hour(price), 4),
     }
     return {"idleUsdPerHour": round(sum(idle.values()), 4),
             "runUsdPerHour": round(sum(idle.values()) + sum(run.values()), 4),

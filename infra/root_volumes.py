@@ -43,7 +43,7 @@ class RootVolume:
                 "iops": self.iops, "encrypted": "true", "delete_on_termination": "true"}
 
     def storage_usd_per_hour(self, price: Mapping[str, float]) -> float:
-        """At `price`, a Region's prices (infra/cost.py region_prices)."""
+        """At `price`, a Region's prices (stack.catalog.region_prices)."""
         return self.gib * price["gp3-gb"]
 
     def performance_usd_per_hour(self, price: Mapping[str, float]) -> float:

@@ -80,6 +80,17 @@ PRICES_SOURCE = ("AWS on-demand pricing pages (EC2, EKS, VPC NAT gateway and pub
 ESTIMATE_REGION = "us-east-1"
 
 
+def region_prices(region: str) -> tuple[dict[str, float], bool, str]:
+    """(prices, whether they are an estimate, where they come from) for a Region: its own
+    prices where the table has them, else ESTIMATE_REGION's, labelled as an estimate (the cost
+    outputs and the run's cold-start dollars both read it)."""
+    if region in PRICES_USD_PER_HOUR:
+        return PRICES_USD_PER_HOUR[region], False, f"{PRICES_SOURCE}, {region}"
+    return (PRICES_USD_PER_HOUR[ESTIMATE_REGION], True,
+            f"estimate: {ESTIMATE_REGION} prices ({PRICES_SOURCE}); stack/catalog.py has no "
+            f"prices for {region}, whose prices may differ")
+
+
 @dataclass(frozen=True)
 class ServiceQuota:
     """An EC2 On-Demand vCPU quota in Service Quotas (service code `ec2`)."""

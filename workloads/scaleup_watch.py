@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 
-from stack.catalog import ESTIMATE_REGION, PRICES_USD_PER_HOUR
+from stack.catalog import region_prices
 from stack.config import StackConfig
 from stack.kube import CODE_CONFIGMAP, CODE_MOUNT
 from training.cold_start import CLUSTER_ENV, NAMESPACE_ENV, PRICE_ENV, RAYJOB_ENV
@@ -24,9 +24,8 @@ WATCH_RESOURCES = {"cpu": "100m", "memory": "256Mi"}  # python + PyYAML, a poll 
 
 def gpu_node_price(cfg: StackConfig) -> float:
     """The GPU instance's on-demand USD per hour in the stack's Region, or in the estimate Region
-    where the table has none (as the cost outputs do: infra/cost.py)."""
-    prices = PRICES_USD_PER_HOUR.get(cfg.region) or PRICES_USD_PER_HOUR[ESTIMATE_REGION]
-    return prices[cfg.gpu_instance_type]
+    where the table has none (stack.catalog.region_prices, as the cost outputs)."""
+    return region_prices(cfg.region)[0][cfg.gpu_instance_type]
 
 
 def cold_start_env(cfg: StackConfig, rayjob_name: str) -> list[dict]:
