@@ -390,14 +390,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     return result
 
 
-def _fmt(v, spec: str) -> str:
+def fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
 def table(result: dict) -> str:
     env, s = result["env"], result["settings"]
     lines = [f"{env['gpu']} x{env['world_size']}, torch {env['torch']}, NCCL {env['nccl']}, "
-             f"matmul {_fmt(env['matmul_tflops'], '.0f')} TFLOP/s, seq {s['seq_len']}, "
+             f"matmul {fmt(env['matmul_tflops'], '.0f')} TFLOP/s, seq {s['seq_len']}, "
              f"micro-batch {s['micro_batch_size']} x {s.get('grad_accum', 1)} accumulated, "
              f"NCCL transport {env['nccl_transport']}",
              f"{'variant':<28} {'tok/s/GPU':>10} {'MFU':>6} {'MFU mm':>6} {'step ms':>8} "
@@ -407,15 +407,15 @@ def table(result: dict) -> str:
             lines.append(f"{r['variant']:<28} {r['error']}")
             continue
         lines.append(f"{r['variant']:<28} {r['tokens_per_s_per_gpu']:>10,.0f} "
-                     f"{_fmt(r.get('mfu'), '.3f'):>6} {_fmt(r.get('mfu_measured_matmul'), '.3f'):>6} "
+                     f"{fmt(r.get('mfu'), '.3f'):>6} {fmt(r.get('mfu_measured_matmul'), '.3f'):>6} "
                      f"{r['step_time_ms']:>8.1f} "
-                     f"{_fmt(r['peak_mem_gib'], '.1f'):>9} {_fmt(r.get('vs_reference'), '.2f'):>7}")
+                     f"{fmt(r['peak_mem_gib'], '.1f'):>9} {fmt(r.get('vs_reference'), '.2f'):>7}")
         bw = r.get("bandwidth") or {}
         if bw or "compute_ms_per_micro_batch" in r:
-            lines.append(f"    compute {_fmt(r.get('compute_ms_per_micro_batch'), '.1f')} ms per "
+            lines.append(f"    compute {fmt(r.get('compute_ms_per_micro_batch'), '.1f')} ms per "
                          f"micro-batch without communication; bus GB/s: all-gather "
-                         f"{_fmt(bw.get('allgather_busbw_gbps'), '.2f')}, all-reduce "
-                         f"{_fmt(bw.get('allreduce_busbw_gbps'), '.2f')}")
+                         f"{fmt(bw.get('allgather_busbw_gbps'), '.2f')}, all-reduce "
+                         f"{fmt(bw.get('allreduce_busbw_gbps'), '.2f')}")
         if r.get("profile") and r["profile"]["ms_per_step"]:
             lines.append("    device ms/step: " + ", ".join(
                 f"{k} {v:g}" for k, v in r["profile"]["ms_per_step"].items()))
@@ -454,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = run(args, argv)
     print(table(result))
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(result, indent=2))
+    from bench.single import write_json
+
+    write_json(result, args.json_out)
     return 0
 

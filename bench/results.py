@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from bench.benchmark import fmt, variant_cell
+
 RUNS = Path(__file__).resolve().parent / "runs"
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -25,10 +27,6 @@ named in its `json` column); never edited by hand. Measured on the GPU machine w
 Rows through 2026-11-30 name the command of their day (`python -m training.bench`, since moved to
 `python -m bench`). How each run was timed, and why: NOTES.md.
 """
-
-
-def _fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
 
 
 def _table(title: str, intro: str, columns: list[str], rows: list[list[str]]) -> str:
@@ -44,19 +42,17 @@ def _provenance(env: dict) -> list[str]:
 
 def throughput_rows(result: dict, name: str) -> list[list[str]]:
     """The step benchmark's rows (`python -m bench`), one per variant."""
-    from bench.benchmark import variant_cell
-
     env, s = result["env"], result["settings"]
     out = []
     for r in result["rows"]:
         numbers = ["error: " + r["error"], "", "", "", ""] if "error" in r else [
             f"{r['tokens_per_s_per_gpu']:,.0f}",
-            _fmt(r.get("mfu_measured_matmul", r.get("mfu")), ".3f"),  # `mfu` before 2026-11-30
-            f"{r['step_time_ms']:.1f}", _fmt(r["peak_mem_gib"], ".1f"),
-            _fmt(r.get("vs_reference"), ".2f")]
+            fmt(r.get("mfu_measured_matmul", r.get("mfu")), ".3f"),  # `mfu` before 2026-11-30
+            f"{r['step_time_ms']:.1f}", fmt(r["peak_mem_gib"], ".1f"),
+            fmt(r.get("vs_reference"), ".2f")]
         out.append(_provenance(env) + [
             variant_cell(r), str(s["seq_len"]), str(s["micro_batch_size"]),
-            _fmt(s["memory_budget_gib"], "g"), *numbers, env["nccl_transport"], s["label"] or "",
+            fmt(s["memory_budget_gib"], "g"), *numbers, env["nccl_transport"], s["label"] or "",
             f"`{env['command']}`", name])
     return out
 
@@ -97,8 +93,8 @@ def calibration_rows(result: dict, name: str) -> list[list[str]]:
 def checkpoint_rows(result: dict, name: str) -> list[list[str]]:
     env = result["env"]
     return [_provenance(env) + [
-        r["mode"], str(r["steps"]), str(r["checkpoint_every"]), _fmt(r["checkpoint_gib"], ".2f"),
-        _fmt(r["run_tokens_per_s"], ",.0f"), _fmt(r["run_tokens_per_s_with_checkpoints"], ",.0f"),
+        r["mode"], str(r["steps"]), str(r["checkpoint_every"]), fmt(r["checkpoint_gib"], ".2f"),
+        fmt(r["run_tokens_per_s"], ",.0f"), fmt(r["run_tokens_per_s_with_checkpoints"], ",.0f"),
         f"`{r['command']}`", name] for r in result["runs"]]
 
 

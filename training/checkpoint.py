@@ -209,10 +209,6 @@ class Saver:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint(target, filesystem=fs),
                          checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD)
 
-    @property
-    def in_flight(self) -> bool:
-        return self._pending is not None
-
 
 def latest(fs: pafs.FileSystem, run_dir: str,
            registered: ray.train.Checkpoint | None) -> ray.train.Checkpoint | None:

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 from training import cold_start, quiet, scaleup
-from training.config import LOCAL_DEFAULTS, RUN_STARTED_ENV, ConfigError, TrainConfig
+from training.config import LOCAL_DEFAULTS, RANDOM_DATA, RUN_STARTED_ENV, ConfigError, TrainConfig
 from training.data import DataError
 from training.data.prepare import DataPlan, describe, tokenizer_name
-from training.data.random_tokens import RANDOM_MODES
 from training.data.synthetic import SHIPPED
 from training.data.tokenize import BYTES, encoder
 from training.flags import add_config_flags
@@ -123,10 +122,10 @@ def run(cfg: TrainConfig) -> dict:
 def _check_model_and_data(cfg: TrainConfig) -> int | None:
     """Fail before Ray starts: model reachable, tokenizer for text, seq_len within positions."""
     vocab = None
-    if cfg.data not in RANDOM_MODES:
+    if cfg.data not in RANDOM_DATA:
         if not _data_exists(cfg.data):
             raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
-                            f"{RANDOM_MODES})")
+                            f"{RANDOM_DATA})")
         tok_name = tokenizer_name(cfg)
         if is_builtin(tok_name) and tok_name != BYTES:
             raise ModelError(f"--data text needs a tokenizer: pass --tokenizer (a Hugging Face id "

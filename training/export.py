@@ -22,7 +22,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from training.config import TrainConfig
-from training.data.tokenize import BYTES
+from training.data.tokenize import BYTES, hf_tokenizer
 from training.engine import Engine
 from training.loading import local_dir
 from training.model import is_builtin, tied_aliases
@@ -53,11 +53,7 @@ def tokenizer_for(cfg: TrainConfig):
     name = cfg.tokenizer or (None if is_builtin(cfg.model) else cfg.model)
     if name is None:
         return None
-    if name == BYTES:
-        return bytes_tokenizer()
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(local_dir(name))
+    return bytes_tokenizer() if name == BYTES else hf_tokenizer(name)
 
 
 def _generation_config(cfg: TrainConfig, config, tokenizer):

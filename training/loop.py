@@ -20,9 +20,9 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from training import bandwidth, checkpoint, device_time, export, tracking, transport
-from training.config import TrainConfig
+from training.config import RANDOM_DATA, TrainConfig
 from training.data.packing import Batch, Samples
-from training.data.random_tokens import RANDOM_MODES, random_batch
+from training.data.random_tokens import random_batch
 from training.engine import Engine, build_engine, mean_across_ranks, train_step
 from training.evaluate import Evaluator, perplexity
 from training.metrics import mfu, peak_flops
@@ -105,7 +105,7 @@ BatchAt = Callable[[int, int, int], Batch | tuple[torch.Tensor, torch.Tensor]]
 
 def _batches(cfg: TrainConfig, rank: int, world: int, vocab: int, tokens: dict | None) -> BatchAt:
     """(step, samples seen before it, micro-batch index) -> this rank's micro-batch."""
-    if cfg.data in RANDOM_MODES:
+    if cfg.data in RANDOM_DATA:
         return lambda step, _seen, micro: random_batch(
             seed=cfg.seed, rank=rank, step=step, micro=micro, batch=cfg.micro_batch_size,
             seq_len=cfg.seq_len, vocab=vocab, repeat=cfg.data == "repeat")

@@ -78,7 +78,7 @@ class ByteEncoder(Encoder):
 
 class HFEncoder(Encoder):
     def __init__(self, name: str):
-        self.tok = _hf_tokenizer(name)
+        self.tok = hf_tokenizer(name)
         self.eos = self.tok.eos_token_id
         self.special = {i for i, t in self.tok.added_tokens_decoder.items() if t.special}
 
@@ -129,7 +129,7 @@ def encoder(name: str) -> Encoder:
 
 
 @functools.cache
-def _hf_tokenizer(name: str):
+def hf_tokenizer(name: str):
     """Loaded once per process."""
     from transformers import AutoTokenizer
 
