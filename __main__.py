@@ -4,7 +4,7 @@ import sys
 
 import pulumi
 
-from training.config import InputError
+from training.errors import InputError
 
 try:
     import program

@@ -191,7 +191,7 @@ def _with_documents(batches: list, documents: int, seq_len: int) -> list:
     and no label across a boundary (as training/data/packing.py makes them)."""
     import torch
 
-    from training.loss import IGNORE_INDEX
+    from training.model.loss import IGNORE_INDEX
 
     length = seq_len // documents
     positions = (torch.arange(seq_len) % length).expand(1, -1)
@@ -206,7 +206,7 @@ def _with_documents(batches: list, documents: int, seq_len: int) -> list:
 
 
 def _ours_step(cfg: TrainConfig, model_cfg, device):
-    from training.engine import build_engine, lr_at, train_step
+    from training.step.engine import build_engine, lr_at, train_step
 
     engine = build_engine(cfg, model_cfg, device)
 
@@ -237,7 +237,7 @@ def _probe_reference(device) -> dict:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from training.bandwidth import probe
+    from training.network.bandwidth import probe
 
     return probe(init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("shard",)),
                  device)
@@ -249,12 +249,12 @@ def bench_func(opts: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    from training import transport
+    from training.network import transport
     from training.data.random_tokens import random_batch
-    from training.engine import memory_limit_bytes
-    from training.ray_setup import worker_context
-    from training.metrics import flops_per_token, peak_flops
-    from training.model import count_params, model_config
+    from training.step.engine import memory_limit_bytes
+    from training.driver.ray_setup import worker_context
+    from training.step.metrics import flops_per_token, peak_flops
+    from training.model.model import count_params, model_config
 
     rank, world, _, device = worker_context()
     log_path = transport.capture_nccl_log(rank)
@@ -286,7 +286,7 @@ def bench_func(opts: dict) -> None:
                 step, keep = _reference_step(model_cfg, device, no_sync=name == REFERENCE_NO_SYNC)
                 row["bandwidth"] = _probe_reference(device)
             else:
-                from training.bandwidth import probe
+                from training.network.bandwidth import probe
 
                 step, keep = _ours_step(cfg, model_cfg, device)
                 row.update(dataclasses.asdict(keep.plan))
@@ -317,7 +317,7 @@ def bench_func(opts: dict) -> None:
         gc.collect()
         dist.barrier()
     # Same FLOPs accounting as the job: 6N (tied head counted once) + attention.
-    from training.model import build_model
+    from training.model.model import build_model
     with torch.device("meta"):
         n_params = count_params(build_model(base.model, model_cfg, seed=0))
     fpt = flops_per_token(n_params, model_cfg.num_hidden_layers, model_cfg.hidden_size, base.seq_len)
@@ -354,7 +354,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
 
-    from training.ray_setup import worker_env
+    from training.driver.ray_setup import worker_env
 
     started_here = not ray.is_initialized()
     if started_here:
@@ -442,7 +442,7 @@ def variant_cell(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training import quiet
+    from training.driver import quiet
 
     quiet.install()
     argv = sys.argv[1:] if argv is None else argv

@@ -3,12 +3,12 @@
 For each shape of a grid (micro-batch, sequence length, compile, ZeRO-2/3, activation
 checkpointing, accumulation) it builds the job's engine on one GPU (`build_engine`, one rank),
 runs a few optimizer steps and records the planner's `estimated_peak_gib`
-(`training.memory.estimate_bytes` for the plan the engine resolved) beside `peak_gib`, measured:
+(`training.step.memory.estimate_bytes` for the plan the engine resolved) beside `peak_gib`, measured:
 `torch.cuda.max_memory_reserved` plus the device memory outside torch's allocator (CUDA context,
 NCCL, kernels: `mem_get_info`'s used bytes less what torch has reserved). Reserved, not allocated,
 because the caching allocator runs out of device memory when its reserve cannot grow; allocated
 is recorded too. `--fit FILES` reads recorded results and prints each row's error with the
-current constants and the constants a least-squares fit would give (training/memory.py).
+current constants and the constants a least-squares fit would give (training/step/memory.py).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def estimate_inputs(engine, cfg: TrainConfig) -> dict:
-    """What `training.memory.estimate_from` needs to recompute this row's estimate later."""
+    """What `training.step.memory.estimate_from` needs to recompute this row's estimate later."""
     plan = engine.plan
     return {"model": cfg.model, "vocab_size": engine.model.lm.config.vocab_size,
             "num_params": engine.num_params, "shard_size": int(plan.mesh.split("x")[1]),
@@ -79,9 +79,9 @@ def _measure_row(overrides: dict, args: argparse.Namespace, device) -> dict:
     import torch
 
     from training.data.random_tokens import random_batch
-    from training.engine import build_engine, train_step
-    from training.memory import estimate_from
-    from training.model import model_config
+    from training.step.engine import build_engine, train_step
+    from training.step.memory import estimate_from
+    from training.model.model import model_config
 
     cfg = TrainConfig(**{"model": args.model, "seq_len": args.seq_len, "num_workers": 1,
                          "warmup_steps": 0, **overrides}).validated()
@@ -141,13 +141,13 @@ def recorded_rows(paths: list[Path]) -> list[dict]:
 
 
 def fit(rows: list[dict]) -> dict:
-    """Least-squares ACTIVATION_FACTOR of training/memory.py's form, peak = STATIC_FACTOR x
+    """Least-squares ACTIVATION_FACTOR of training/step/memory.py's form, peak = STATIC_FACTOR x
     static + ACTIVATION_FACTOR[compiled, checkpointing] x activations + outside, from measured
     one-GPU rows, with STATIC_FACTOR and FIXED_GIB held (one GPU cannot tell them apart: see
-    training/memory.py)."""
+    training/step/memory.py)."""
     import numpy as np
 
-    from training.memory import FIXED_GIB, STATIC_FACTOR, parts_from
+    from training.step.memory import FIXED_GIB, STATIC_FACTOR, parts_from
 
     groups: dict[tuple[bool, bool], list[tuple[float, float]]] = {}
     for r in rows:
@@ -162,17 +162,17 @@ def fit(rows: list[dict]) -> dict:
 
 
 def _errors(rows: list[dict]) -> list[float]:
-    from training.memory import GIB as _GIB, estimate_from
+    from training.step.memory import GIB as _GIB, estimate_from
 
     return [estimate_from(r["inputs"]) / (r["peak_gib"] * _GIB) - 1 for r in rows]
 
 
 def report(rows: list[dict]) -> str:
     """Each row's error with the current constants; the fitted constants as lines to paste into
-    training/memory.py, and the error range they would give."""
+    training/step/memory.py, and the error range they would give."""
     from unittest import mock
 
-    from training import memory
+    from training.step import memory
 
     errors = _errors(rows)
     lines = [f"{'shape':<72} {'peak GiB':>8} {'est GiB':>8} {'error':>7}"]
@@ -183,20 +183,20 @@ def report(rows: list[dict]) -> str:
                      f"{(1 + err) * r['peak_gib']:>8.2f} {err:>+7.1%}{flag}")
     lines.append(f"error range {min(errors):+.1%} .. {max(errors):+.1%} (allowed "
                  f"{LOW:+.0%} .. {HIGH:+.0%})")
-    from training.memory import ACTIVATION_FACTOR
+    from training.step.memory import ACTIVATION_FACTOR
 
     fitted = {"ACTIVATION_FACTOR": {**ACTIVATION_FACTOR, **{
         k: round(f, 3) for k, f in fit(rows)["ACTIVATION_FACTOR"].items()}}}
     with mock.patch.multiple(memory, **fitted):
         refit = _errors(rows)
-    lines += ["least-squares constants for training/memory.py:",
+    lines += ["least-squares constants for training/step/memory.py:",
               *(f"    {k} = {v}" for k, v in fitted.items()),
               f"with them: error range {min(refit):+.1%} .. {max(refit):+.1%}"]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training import quiet
+    from training.driver import quiet
 
     quiet.install()
     argv = sys.argv[1:] if argv is None else argv

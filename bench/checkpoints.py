@@ -1,7 +1,7 @@
 """`python -m bench.checkpoints`: the real job's throughput with synchronous vs asynchronous
 checkpoints (`--no-async-checkpoint` / `--async-checkpoint`), same shape, steps and saves.
 
-Each mode is one fresh run of `python -m training` (through `training.cli`, local Ray); the row
+Each mode is one fresh run of `python -m training` (through `training.driver.cli`, local Ray); the row
 is its summary's `tokens_per_s` (steps only) and `tokens_per_s_with_checkpoints` (everything
 since the first step began, saves included). Eager layers, so compile time stays out of both.
 """
@@ -45,13 +45,13 @@ def job_flags(args: argparse.Namespace, mode: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from training import cli
+    from training.driver import cli
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     import ray
 
-    from training.ray_setup import init_ray
+    from training.driver.ray_setup import init_ray
 
     init_ray(None)  # one local Ray for both runs (cli.run joins it)
     runs = []

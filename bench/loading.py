@@ -2,7 +2,7 @@
 
   every-rank:       each rank runs `from_pretrained` (fp32) and `fully_shard` keeps its shard
                     (the job before issue 20: a full host copy per GPU);
-  rank0-broadcast:  the job's way (training/loading.py): rank 0 reads, the others build on the
+  rank0-broadcast:  the job's way (training/model/loading.py): rank 0 reads, the others build on the
                     meta device, `set_model_state_dict(broadcast_from_rank0=True)` shards.
 
 Random weights of a built-in shape are saved first in bf16 (as the hub ships Qwen2.5), so no
@@ -33,9 +33,9 @@ def _rank(rank: int, world: int, port: int, device_type: str, way: str, model_di
     import torch
     import torch.distributed as dist
 
-    from training import loading
-    from training.model import CausalLMWithLoss, build_model, model_config
-    from training.parallelize import shard_model
+    from training.model import loading
+    from training.model.model import CausalLMWithLoss, build_model, model_config
+    from training.step.parallelize import shard_model
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
@@ -88,7 +88,7 @@ def save_random(shape: str, model_dir: str) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from training.model import count_params, model_config
+    from training.model.model import count_params, model_config
 
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         lm = AutoModelForCausalLM.from_config(model_config(shape), dtype=torch.bfloat16)

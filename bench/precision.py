@@ -3,7 +3,7 @@
 The default plan accumulates the unsharded gradients of its micro-batches in bf16 when it reduces
 in bf16 (FSDP2 clamps a reduce dtype equal to the bf16 param dtype to "none" and adds bf16 grads
 in place: `_fsdp_param.py`, `to_accumulated_grad_if_needed`); one GPU accumulates exactly as many.
-Three engines of the job (`training.engine.build_engine`, one rank) take the same steps on the
+Three engines of the job (`training.step.engine.build_engine`, one rank) take the same steps on the
 same text:
   - `fp32-reduce`: fp32 accumulation and reduce (the reference),
   - `bf16`: the default plan's bf16 accumulation and reduce,
@@ -128,7 +128,7 @@ def compare(got: list[torch.Tensor], ref: list[torch.Tensor], device: torch.devi
 def _same_step(engines: dict, micro, lr: float, grad_clip: float) -> dict:
     """Every variant steps from the weights and Adam state they share now; their gradients and
     updates against the reference's. Leaves each engine where its own step took it."""
-    from training.engine import train_step
+    from training.step.engine import train_step
 
     out, ref = {}, None
     for name, engine in engines.items():  # the reference first; only its capture is kept
@@ -154,8 +154,8 @@ def _copy_state(src, dst) -> None:
 
 
 def measure(args: argparse.Namespace, device: torch.device) -> dict:
-    from training.engine import build_engine
-    from training.model import model_config
+    from training.step.engine import build_engine
+    from training.model.model import model_config
 
     base = TrainConfig(model=args.model, seq_len=args.seq_len,
                        micro_batch_size=args.micro_batch_size,
@@ -174,7 +174,7 @@ def measure(args: argparse.Namespace, device: torch.device) -> dict:
                for name, kw in VARIANTS.items()}
     started = time.perf_counter()
     at_init = _same_step(engines, micro(0), base.lr, base.grad_clip)
-    from training.engine import train_step
+    from training.step.engine import train_step
 
     losses = {name: [at_init[name]["loss"]] for name in engines}
     for step in range(1, args.steps):
@@ -215,7 +215,7 @@ def table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training import quiet
+    from training.driver import quiet
 
     quiet.install()
     argv = sys.argv[1:] if argv is None else argv

@@ -72,7 +72,7 @@ def precision_rows(result: dict, name: str) -> list[list[str]]:
 
 
 def calibration_rows(result: dict, name: str) -> list[list[str]]:
-    from training.memory import estimate_from
+    from training.step.memory import estimate_from
 
     env = result["env"]
     out = []
@@ -118,7 +118,7 @@ SECTIONS = {
     "memory-calibration": ("Memory planner against measured peaks (`python -m bench.calibrate`)",
                            "Peak: `max_memory_reserved` plus device memory outside torch's "
                            "allocator; the estimate's error when recorded, and with today's "
-                           "constants (training/memory.py; allowed -10% .. +15%).",
+                           "constants (training/step/memory.py; allowed -10% .. +15%).",
                            PROVENANCE + ["shape", "peak GiB", "allocated GiB", "estimate GiB",
                                          "error then", "error now", "command", "json"],
                            calibration_rows),

@@ -1,5 +1,5 @@
 """One process, one device, a real one-rank process group: the precision and memory benchmarks
-build the job's engine exactly as a worker does (`training.engine.build_engine`) without Ray."""
+build the job's engine exactly as a worker does (`training.step.engine.build_engine`) without Ray."""
 
 from __future__ import annotations
 

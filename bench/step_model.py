@@ -32,7 +32,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from training.metrics import PEAK_BF16_TFLOPS, flops_per_token
+from training.step.metrics import PEAK_BF16_TFLOPS, flops_per_token
 
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 PARAM_BYTES = 2  # gathered weights are bf16 in ours (compute dtype) and in the reference
@@ -122,7 +122,7 @@ def check_row(row: dict, env: dict, settings: dict) -> dict | None:
         return None
     replicas, shard = _mesh(row["mesh"])
     bw = row["bandwidth"]
-    from training.model import model_config
+    from training.model.model import model_config
 
     layers = model_config(settings["model"]).num_hidden_layers
     plan = StepPlan(env["num_params"], layers, replicas, shard,
@@ -163,9 +163,9 @@ def _ours_on_l4(tokens_per_step: int, seq_len: int, reduce_dtype: str) -> StepPl
     """What the job resolves on 2 x g6.12xlarge: HSDP one replica per node, and the planner's
     micro-batch, accumulation, checkpointing and ZeRO stage for 22 GiB per L4."""
     from training.config import TrainConfig
-    from training.engine import resolve_plan
-    from training.memory import Footprint
-    from training.model import model_config
+    from training.step.engine import resolve_plan
+    from training.step.memory import Footprint
+    from training.model.model import model_config
 
     world = L4_NODES * L4_PER_NODE
     cfg = TrainConfig(model=QWEN, seq_len=seq_len, num_workers=world,

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from training.device_time import summarize
+from training.network.device_time import summarize
 
 
 def profile_steps(step, batches, device, trace_path: Path) -> dict:

@@ -12,7 +12,7 @@ from infra.kubeconfig import kubeconfigs
 from infra.lookups import found
 from stack.config import StackConfig
 from stack.kube import GPU_LABELS, GPU_TAINT
-from training.config import InputError
+from training.errors import InputError
 
 POD_IDENTITY_ADDON = "eks-pod-identity-agent"
 

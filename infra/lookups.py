@@ -7,7 +7,7 @@ from typing import Callable, TypeVar
 
 import pulumi_aws as aws
 
-from training.config import InputError
+from training.errors import InputError
 
 T = TypeVar("T")
 

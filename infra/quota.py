@@ -26,7 +26,7 @@ import pulumi_aws as aws
 
 from stack import catalog
 from stack.config import StackConfig
-from training.config import InputError
+from training.errors import InputError
 
 SERVICE_CODE = "ec2"
 GPU_GROUP_ZONES, SYSTEM_GROUP_ZONES = 1, 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Mapping
 
-from training.config import InputError
+from training.errors import InputError
 
 # EKS refuses control-plane subnets in these zone IDs (EKS user guide, networking/network-reqs:
 # "Subnet requirements for clusters"). Which zone *name* maps to them differs per account, so the

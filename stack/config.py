@@ -29,8 +29,8 @@ import yaml
 from stack import catalog
 from stack.kube import (EKS_NAME_MAX, GPU_LABELS, JOB_HASH_LEN, NAMESPACE, RAYCLUSTER_NAME_MAX,
                         RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
-from training.config import ConfigError as JobConfigError
-from training.config import InputError, TrainConfig, closest, from_settings
+from training.config import TrainConfig, closest, from_settings
+from training.errors import ConfigError as JobConfigError
 
 PULUMI_YAML = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 MAX_GPU_NODES = 64
@@ -88,12 +88,11 @@ SET_BY_THE_STACK = {
 }
 
 
-class ConfigError(InputError):
+class ConfigError(JobConfigError):
     """Every problem with the stack config, each naming its key and the fix."""
 
     def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("invalid stack configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+        super().__init__(problems, what="stack configuration")
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ def ray_session():
     """A local Ray shared by the job tests (starting one per test would triple the suite's time)."""
     import ray
 
-    from training import quiet
+    from training.driver import quiet
 
     quiet.install()
-    from training.ray_setup import worker_env
+    from training.driver.ray_setup import worker_env
 
     # The controller polls workers every 2 s by default; faster polls, shorter tests.
     ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR",

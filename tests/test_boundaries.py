@@ -3,8 +3,8 @@
 - `infra` and `workloads` never import each other: they share the `stack` contract, whose
   Pulumi-free part imports neither of them nor Pulumi;
 - `training` never imports `infra`, `workloads`, the Pulumi-facing part of `stack`, or `bench`,
-  and never loads Pulumi; the job's settings and command line (`training.config`,
-  `training.flags`) import only the standard library and each other."""
+  and never loads Pulumi; the job's settings, command line and error root (`training.config`,
+  `training.flags`, `training.errors`) import only the standard library and each other."""
 
 from __future__ import annotations
 
@@ -82,11 +82,14 @@ def test_training_imports_no_deployment_code_and_no_benchmark():
         assert not bad, (m, bad)
 
 
-@pytest.mark.parametrize("module", ["training.config", "training.flags"])
+STDLIB_MODULES = ("training.config", "training.flags", "training.errors")
+
+
+@pytest.mark.parametrize("module", STDLIB_MODULES)
 def test_job_settings_and_flags_import_only_the_standard_library(module):
     allowed = set(sys.stdlib_module_names) | {"__future__"}
     bad = {n for n in imported(module) if top(n) not in allowed
-           and not (n == "training.config" or n.startswith("training.config."))}
+           and not any(n == m or n.startswith(m + ".") for m in STDLIB_MODULES)}
     assert not bad, bad
 
 

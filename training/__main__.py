@@ -1,5 +1,5 @@
 import sys
 
-from training.cli import main
+from training.driver.cli import main
 
 sys.exit(main())

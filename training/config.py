@@ -1,6 +1,6 @@
 """The training job's one typed configuration, parsed from the CLI and validated once.
 
-Field docstrings are the CLI help (see `training.cli`), so the flags, their defaults and their
+Field docstrings are the CLI help (see `training.driver.cli`), so the flags, their defaults and their
 documentation cannot drift apart. Validation collects every problem before reporting, each naming
 the flag to change.
 """
@@ -13,6 +13,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
+from training.errors import ConfigError
 
 TRANSPORT_EXPECTATIONS = ("any", "efa")
 REDUCE_DTYPES = ("fp32", "bf16")
@@ -22,18 +23,6 @@ ATTENTION = ("sdpa", "flex_attention")
 RANDOM_DATA = ("random", "repeat")  # --data values that are not files (training.data.random_tokens)
 EXPORT_DTYPES = ("bf16", "fp32")
 
-
-class InputError(ValueError):
-    """Bad input from a user, at any layer (a stack key, a job flag, a zone, the code bundle): one
-    clear message and a non-zero exit, never a traceback. The one name `__main__.py` catches."""
-
-
-class ConfigError(InputError):
-    """Bad job settings; the message lists every problem with the flag that fixes it."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("invalid training settings:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 @dataclass(frozen=True, kw_only=True)

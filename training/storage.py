@@ -14,9 +14,10 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 from pyarrow.lib import ArrowException
+from training.errors import InputError
 
 
-class StorageError(ValueError):
+class StorageError(InputError):
     """The storage path cannot hold checkpoints."""
 
 

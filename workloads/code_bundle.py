@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.config import InputError
+from training.errors import InputError
 
 CONFIGMAP_LIMIT_BYTES = 1024 * 1024  # Kubernetes rejects larger ConfigMaps
 INCLUDE_SUFFIXES = (".py", ".jsonl", ".txt", ".json")

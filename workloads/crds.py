@@ -14,7 +14,7 @@ import urllib.request
 import yaml
 
 from stack.catalog import kuberay_crd_urls
-from training.config import InputError
+from training.errors import InputError
 
 FETCH_TIMEOUT_S = 30
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the files are ~1 MB each

@@ -2,8 +2,8 @@
 pure builders of rbac.authorization.k8s.io/v1 objects, the least scope that works.
 
 The head reads its run's worker pods (list by label selector) and the namespace's events (the
-kubelet's image pulls, cluster-autoscaler's scale-up events: training/cold_start.py and
-training/scaleup.py), gets the GPU nodes those pods run on (cluster-scoped, so a ClusterRole;
+kubelet's image pulls, cluster-autoscaler's scale-up events: training/head/cold_start.py and
+training/head/scaleup.py), gets the GPU nodes those pods run on (cluster-scoped, so a ClusterRole;
 `get` by name only, no `list`), and gets one ConfigMap in kube-system, cluster-autoscaler's
 status. On its own RayJob (by name) it may `get` (the creation time) and, when
 endOnScaleUpFailure is on, `patch` (to end a run that cannot start). Nothing else, and no write
@@ -19,7 +19,7 @@ bucket too. A head-only account would need a second association.
 from __future__ import annotations
 
 from stack.kube import SERVICE_ACCOUNT
-from training.scaleup import STATUS_CONFIGMAP, STATUS_NAMESPACE
+from training.head.scaleup import STATUS_CONFIGMAP, STATUS_NAMESPACE
 
 RBAC = "rbac.authorization.k8s.io/v1"
 # In the stack's namespace; the objects outside it carry the namespace in their names, since

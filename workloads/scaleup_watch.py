@@ -1,6 +1,6 @@
 """The run's head pod, extended for the cold start: what the job needs to report where its first
 minutes went (the RayJob's name, the GPU node's price), and a second container that watches why
-the GPU workers are not coming and ends a run that cannot start (training/scaleup.py).
+the GPU workers are not coming and ends a run that cannot start (training/head/scaleup.py).
 
 A container of the head pod because nothing else of the run exists while its GPU nodes are
 missing: KubeRay creates the submitter only once every pod runs. It stays running afterwards (a
@@ -15,7 +15,7 @@ import copy
 from stack.catalog import region_prices
 from stack.config import StackConfig
 from stack.kube import CODE_CONFIGMAP, CODE_MOUNT
-from training.cold_start import CLUSTER_ENV, NAMESPACE_ENV, PRICE_ENV, RAYJOB_ENV
+from training.head.cold_start import CLUSTER_ENV, NAMESPACE_ENV, PRICE_ENV, RAYJOB_ENV
 from workloads.code_bundle import CodeBundle
 
 WATCH_CONTAINER = "scaleup-watch"
@@ -45,7 +45,7 @@ def watch_container(cfg: StackConfig, rayjob_name: str) -> dict:
     return {
         "name": WATCH_CONTAINER,
         "image": cfg.image,
-        "command": ["python", "-m", "training.scaleup", "--stay", end],
+        "command": ["python", "-m", "training.head.scaleup", "--stay", end],
         "workingDir": CODE_MOUNT,
         "env": [*identity, *cold_start_env(cfg, rayjob_name)],
         "resources": {"requests": dict(WATCH_RESOURCES), "limits": dict(WATCH_RESOURCES)},

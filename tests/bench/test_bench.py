@@ -10,7 +10,7 @@ import pytest
 from bench import benchmark as bench
 from bench import results
 from tests.conftest import REPO
-from training.device_time import kernel_breakdown
+from training.network.device_time import kernel_breakdown
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

@@ -129,7 +129,7 @@ def no_ray(monkeypatch):
     """cli.run with Ray not started and not startable."""
     import ray
 
-    from training import cli
+    from training.driver import cli
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("Ray was started for input that is known bad beforehand")

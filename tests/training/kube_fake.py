@@ -1,4 +1,4 @@
-"""A Kubernetes API server on loopback for the head's client (training/kube_api.py), and the
+"""A Kubernetes API server on loopback for the head's client (training/head/kube_api.py), and the
 objects a run's cold start leaves there, written from the API reference (core/v1 Pod, Node,
 Event, ConfigMap; ray.io/v1 RayJob), never recorded from a cluster.
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from training.cli import parse
+from training.driver.cli import parse
 from training.config import TrainConfig
 from training.flags import render
 

@@ -12,7 +12,7 @@ from stack.catalog import ESTIMATE_REGION, PRICES_USD_PER_HOUR
 from tests.conftest import KUBERAY_CRDS, REPO, need
 from tests.workloads.crd_schema import load_schema, rayjob_rules, validate
 from tests.workloads.test_manifests import S3, stack
-from training.cold_start import PRICE_ENV, RAYJOB_ENV
+from training.head.cold_start import PRICE_ENV, RAYJOB_ENV
 from workloads.code_bundle import bundle
 from workloads.rayjob import build_rayjob
 from workloads.rbac import head_rbac
@@ -87,7 +87,7 @@ def test_the_head_knows_its_rayjob_and_price_and_runs_the_watch(code, schema, en
         assert env[RAYJOB_ENV] == job["metadata"]["name"]
         prices = PRICES_USD_PER_HOUR.get(cfg.region, PRICES_USD_PER_HOUR[ESTIMATE_REGION])
         assert float(env[PRICE_ENV]) == prices[cfg.gpu_instance_type]
-    assert watch["command"][:3] == ["python", "-m", "training.scaleup"]
+    assert watch["command"][:3] == ["python", "-m", "training.head.scaleup"]
     flag = "--end-on-scaleup-failure" if end == "true" else "--no-end-on-scaleup-failure"
     assert flag in watch["command"] and "--stay" in watch["command"]
     assert watch["resources"]["requests"] == watch["resources"]["limits"]  # Guaranteed QoS

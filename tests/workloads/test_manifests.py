@@ -192,7 +192,7 @@ def test_job_code_is_the_working_dir_and_flags_are_the_clis(code):
     runtime_env = yaml.safe_load(job["runtimeEnvYAML"])
     mount = job["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
     assert runtime_env == {"working_dir": mount}
-    from training.cli import build_parser
+    from training.driver.cli import build_parser
 
     args = shlex.split(job["entrypoint"])
     assert args[:3] == ["python", "-m", "training"]
@@ -248,8 +248,8 @@ def test_editing_the_benchmark_leaves_the_rayjob_name_unchanged(code, tmp_path):
     cfg = stack()
     assert build_rayjob(cfg, bundle(tmp_path), S3)["metadata"]["name"] == \
         build_rayjob(cfg, code, S3)["metadata"]["name"]
-    (tmp_path / "training/loop.py").write_text("# a comment\n" + (
-        tmp_path / "training/loop.py").read_text())
+    (tmp_path / "training/run/loop.py").write_text("# a comment\n" + (
+        tmp_path / "training/run/loop.py").read_text())
     assert build_rayjob(cfg, bundle(tmp_path), S3)["metadata"]["name"] != \
         build_rayjob(cfg, code, S3)["metadata"]["name"]
 
@@ -282,7 +282,7 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
     import typing
 
     from stack.config import SET_BY_THE_STACK
-    from training.cli import parse as parse_flags
+    from training.driver.cli import parse as parse_flags
     from training.config import TrainConfig, setting_key
 
     hints = typing.get_type_hints(TrainConfig)
@@ -300,7 +300,7 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
 
 
 def test_job_defaults_on_the_cluster_recover_from_a_lost_worker(code):
-    from training.cli import parse as parse_flags
+    from training.driver.cli import parse as parse_flags
 
     job = parse_flags(shlex.split(build_rayjob(stack(), code, S3)["spec"]["entrypoint"])[3:])
     assert job.max_failures == 2 and job.model == "Qwen/Qwen2.5-1.5B"
@@ -343,7 +343,7 @@ def test_mlflow_tracking_installs_the_pinned_client_and_the_job_gets_the_uri(cod
     cfg = stack(mlflowTrackingUri="http://mlflow.internal:5000", extraPip='["datasets==4.4.1"]')
     job = build_rayjob(cfg, code, S3)["spec"]
     assert yaml.safe_load(job["runtimeEnvYAML"])["pip"] == ["datasets==4.4.1", MLFLOW_CLIENT]
-    from training.cli import build_parser
+    from training.driver.cli import build_parser
 
     flags = build_parser().parse_args(shlex.split(job["entrypoint"])[3:])
     assert flags.mlflow_tracking_uri == "http://mlflow.internal:5000"

@@ -12,6 +12,8 @@
 - `synthetic.py`: the generator of the shipped instruction set.
 """
 
+from training.errors import InputError
 
-class DataError(ValueError):
+
+class DataError(InputError):
     """The --data source cannot feed training."""

@@ -13,7 +13,7 @@ import torch
 
 from training.data import DataError
 from training.data.cache import DTYPE, ID_MASK, START, TOKENS_FILE, TRAINED, TokenCache
-from training.loss import IGNORE_INDEX
+from training.model.loss import IGNORE_INDEX
 
 
 class Batch(NamedTuple):

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import functools
 from typing import Sequence
+from training.errors import InputError
 
 BYTES = "bytes"  # built-in tokenizer: UTF-8 bytes, end-of-text 256 (no download, for the demo)
 BYTES_VOCAB = 257
 
 
-class TokenizeError(ValueError):
+class TokenizeError(InputError):
     """A document cannot be tokenized as its format says (the caller adds file and row)."""
 
 
@@ -133,6 +134,6 @@ def hf_tokenizer(name: str):
     """Loaded once per process."""
     from transformers import AutoTokenizer
 
-    from training.loading import local_dir
+    from training.model.loading import local_dir
 
     return AutoTokenizer.from_pretrained(local_dir(name))  # s3://: its files, copied here

@@ -1,0 +1,97 @@
+"""Data that cannot train is refused by the job before Ray starts, naming the file and row; the
+identity of S3 data covers its object listing, so a resume on changed data is refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pyarrow.fs as pafs
+import pytest
+
+from training.driver import cli
+from training.run import checkpoint
+from training.data.cache import TokenCache, fingerprint
+from training.data.source import Source
+from training.data.tokenize import BYTES, ByteEncoder
+from training.step.schedule import Schedule
+
+pytestmark = pytest.mark.usefixtures("no_ray")
+
+
+def run(tmp_path, *flags: str) -> dict:
+    return cli.run(cli.parse(["--local", "--storage-path", str(tmp_path / "runs"),
+                              "--tokenizer", BYTES, *flags]))
+
+
+def _jsonl(path, *rows) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+
+
+@pytest.mark.parametrize("second_row, message", [
+    ({"messages": [{"role": "user", "content": "hi"}]}, "row 2: no token to train on"),
+    ({"messages": [{"role": "user"}]}, r"row 2: messages\[0\] must be"),
+    ({"messages": "hi"}, "row 2: `messages` must be a non-empty list"),
+    ({"prompt": "a", "completion": "b"}, "row 2: no `messages` column"),
+    ('{"messages": [', "row 2: not JSON"),
+])
+def test_a_bad_row_is_refused_with_its_file_and_row(tmp_path, second_row, message):
+    data = _jsonl(tmp_path / "chat.jsonl", GOOD, second_row)
+    with pytest.raises(ValueError, match=f"{tmp_path}/chat.jsonl {message}"):
+        run(tmp_path, "--data", data)
+    assert not list((tmp_path / "runs").glob("*/tokens-*"))  # nothing half-written is left
+
+
+def test_an_empty_document_and_unknown_columns_are_refused(tmp_path):
+    data = _jsonl(tmp_path / "t.jsonl", {"text": "fine"}, {"text": ""})
+    with pytest.raises(ValueError, match="row 2: no token to train on .empty text"):
+        run(tmp_path, "--data", data)
+    data = _jsonl(tmp_path / "other.jsonl", {"question": "a", "answer": "b"})
+    with pytest.raises(ValueError, match=r"row 1: no `text`, `prompt` \+ `completion` or "
+                                         "`messages` column .found question, answer"):
+        run(tmp_path, "--data", data)
+
+
+def test_token_ids_beyond_the_models_vocabulary_are_refused(tmp_path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model = tmp_path / "small-vocab"  # a whole model directory: --model is checked for weights
+    Qwen2ForCausalLM(Qwen2Config(vocab_size=100, hidden_size=16, intermediate_size=32,
+                                 num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=1)).save_pretrained(model)
+    data = _jsonl(tmp_path / "t.jsonl", {"text": "bytes reach 256"})
+    with pytest.raises(ValueError, match="token ids reach 256 .tokenizer 'bytes'. but --model "
+                                         f"'{model}' has a vocabulary of 100"):
+        run(tmp_path, "--data", data, "--model", str(model))
+
+
+def _put(client, key: str, rows: list[dict]) -> None:
+    client.put_object(Bucket="ckpt", Key=key, Body="".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_s3_data_identity_covers_its_listing_and_a_resume_on_changed_data_is_refused(
+        tmp_path, s3_server):
+    _put(s3_server, "data/a.jsonl", [{"text": "first file"}])
+    uri = "s3://ckpt/data/"
+    before = fingerprint(Source.open(uri), BYTES, 8)
+    cache = TokenCache(pafs.LocalFileSystem(), str(tmp_path / "c"), before)
+    assert cache.build(Source.open(uri), ByteEncoder(), 8)["documents"] == 1  # read from S3
+    assert fingerprint(Source.open(uri), BYTES, 8) == before  # stable while nothing changes
+    saved = tmp_path / "runs/qwen-fsdp/checkpoint-step0000002"
+    saved.mkdir(parents=True)
+    (saved / "COMPLETE").write_text("")
+    state = checkpoint.RunState(step=2, samples_seen=8, data=before,
+                                schedule=Schedule(1e-3, 5, 30).to_dict())
+    (saved / checkpoint.STATE_FILE).write_text(json.dumps(dataclasses.asdict(state)))
+    _put(s3_server, "data/b.jsonl", [{"text": "an added file"}])
+    added = fingerprint(Source.open(uri), BYTES, 8)
+    time.sleep(1.1)  # S3's last-modified time has a resolution of a second
+    _put(s3_server, "data/a.jsonl", [{"text": "first edit"}])  # same key and size, new content
+    assert len({before, added, fingerprint(Source.open(uri), BYTES, 8)}) == 3
+    with pytest.raises(ValueError, match="trained on other data"):
+        run(tmp_path, "--data", uri, "--seq-len", "8")

@@ -1,0 +1,18 @@
+"""The program's error root, standard library only, so every layer can subclass it: the Pulumi
+program (`__main__.py`) and the job's driver (`training.driver.cli`) each catch `InputError` once,
+print its message and exit non-zero, never a traceback."""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad input from a user, at any layer (a stack key, a job flag, a zone, a data row, a model
+    path, the storage path): one clear message and a non-zero exit."""
+
+
+class ConfigError(InputError):
+    """Bad settings; the message lists every problem with the key or flag that fixes it."""
+
+    def __init__(self, problems: list[str], what: str = "training settings"):
+        self.problems = problems
+        super().__init__(f"invalid {what}:\n" + "\n".join(f"  - {p}" for p in problems))

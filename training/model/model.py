@@ -1,0 +1,139 @@
+"""Model construction: built-in random-init Qwen2 shapes or Hugging Face checkpoints.
+
+Single-device code with no knowledge of parallelism (`parallelize.py` shards it). The model is
+wrapped in `CausalLMWithLoss` so that the LM head and the loss run inside the FSDP root module's
+forward: the root group (embeddings, final norm, tied LM head) is gathered by FSDP's own hooks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
+
+from training.model.loading import ModelError, check_model_dir, is_s3, local_dir
+from training.model.loss import fused_linear_cross_entropy, label_count
+
+# Qwen2.5 shapes from the published configs (Qwen/Qwen2.5-{0.5B,1.5B} config.json); `tiny` keeps the
+# architecture (GQA, tied embeddings, RMSNorm, SwiGLU) at a size that trains on a laptop CPU.
+BUILTIN_SHAPES: dict[str, dict] = {
+    "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512, max_position_embeddings=1024),
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                         max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
+                         max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+}
+
+
+def is_builtin(spec: str) -> bool:
+    return spec in BUILTIN_SHAPES
+
+
+def model_config(spec: str, vocab_size: int | None = None) -> PretrainedConfig:
+    """The architecture for `spec`; built-in shapes take the tokenizer's vocabulary when given."""
+    if is_builtin(spec):
+        shape = dict(BUILTIN_SHAPES[spec])
+        if vocab_size:
+            shape["vocab_size"] = vocab_size
+        config = Qwen2Config(tie_word_embeddings=True, **shape)
+    else:
+        if is_s3(spec) or Path(spec).is_dir():
+            check_model_dir(spec)
+        elif _looks_like_path(spec):
+            raise ModelError(f"--model {spec!r}: no such model directory")
+        try:
+            config = AutoConfig.from_pretrained(local_dir(spec))
+        except (OSError, ValueError) as e:
+            raise ModelError(f"--model {spec!r}: cannot load its config ({_first_line(e)}); "
+                             "pass a Hugging Face id, a local model directory, or a built-in "
+                             f"shape {sorted(BUILTIN_SHAPES)}") from None
+    config.use_cache = False
+    return config
+
+
+def max_positions(config: PretrainedConfig) -> int:
+    return int(getattr(config, "max_position_embeddings", 0) or 0)
+
+
+def build_model(spec: str, config: PretrainedConfig, *, seed: int,
+                device: torch.device | None = None, attention: str = "sdpa") -> nn.Module:
+    """Random init (same weights on every rank, from `seed`) in fp32, or, for pretrained weights,
+    the bare architecture on the meta device (training/model/loading.py fills it after sharding).
+
+    fp32 is deliberate: these are the master weights; FSDP2's mixed-precision policy casts to bf16
+    for compute on GPU. Random init happens directly on `device` (seconds, not minutes, for 1.5B).
+    """
+    torch.manual_seed(seed)
+    with torch.device("meta" if not is_builtin(spec) else device or "cpu"):
+        return AutoModelForCausalLM.from_config(config, attn_implementation=attention,
+                                                dtype=torch.float32)
+
+
+def count_params(model: nn.Module) -> int:
+    """Parameters counted once each (a tied LM head counts once: its matmul is the FLOPs)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """{alias: canonical} for parameters registered under two names (the tied LM head)."""
+    first: dict[int, str] = {}
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return out
+
+
+class CausalLMWithLoss(nn.Module):
+    """Decoder + tied LM head + next-token loss in one forward, without full logits."""
+
+    def __init__(self, lm: nn.Module, loss_chunk_tokens: int, compile_loss: bool = False):
+        super().__init__()
+        self.lm = lm
+        self.loss_chunk_tokens = loss_chunk_tokens
+        self.compile_loss = compile_loss
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.lm.model.layers
+
+    def hidden(self, input_ids: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """The decoder's last hidden states. Per-document `positions` with no attention mask
+        and no cache make transformers mask attention block-diagonally (masking_utils.py:
+        `find_packed_sequence_indices` runs only when `attention_mask` and `past_key_values`
+        are None; a model left at `use_cache=True` builds a cache in its forward and stays
+        causal across documents, measured in transformers 5.17)."""
+        return self.lm.model(input_ids=input_ids, position_ids=positions, attention_mask=None,
+                             use_cache=False).last_hidden_state
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
+                positions: torch.Tensor | None = None,
+                normalizer: torch.Tensor | None = None) -> torch.Tensor:
+        """The summed loss over the counted labels divided by `normalizer` (default: their
+        count, the mean)."""
+        hidden = self.hidden(input_ids, positions)
+        if not self.loss_chunk_tokens:  # unfused baseline: full fp32 logits
+            logits = self.lm.lm_head(hidden).float()
+            total = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(),
+                                                reduction="sum")
+            n = label_count(labels) if normalizer is None else normalizer
+            return total / n.clamp(min=1)
+        return fused_linear_cross_entropy(hidden.flatten(0, 1), self.lm.lm_head.weight,
+                                          labels.flatten(), self.loss_chunk_tokens,
+                                          self.compile_loss, normalizer)
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") != 1
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -1,0 +1,100 @@
+"""The run's usable result: a Hugging Face model directory written at the end of a run.
+
+`<run directory>/hf_model/` holds what `AutoModelForCausalLM.from_pretrained` and
+`AutoTokenizer.from_pretrained` need: safetensors weights in bf16 (`--export-dtype fp32` keeps the
+master weights' precision) with the tied LM head stored once (the key `save_pretrained` leaves
+out for tied weights), `config.json` (its `dtype` the exported one, `use_cache` back on for
+generation), `generation_config.json` and the tokenizer's files. The built-in `bytes` tokenizer is
+written as a byte-level `PreTrainedTokenizerFast` (`bytes_tokenizer`): ids 0-255 are the UTF-8
+bytes, 256 is `<|endoftext|>`, exactly as the job tokenized its text. A built-in shape trained
+without a tokenizer (random tokens) is exported without one.
+
+The directory is replaced as a whole and `COMPLETE` is written last (training/run/run_files.py
+`publish`), as checkpoints are: a directory without it is torn or being replaced.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from training.config import TrainConfig
+from training.data.tokenize import BYTES, hf_tokenizer
+from training.step.engine import Engine
+from training.model.loading import local_dir
+from training.model.model import is_builtin, tied_aliases
+from training.run.run_files import RunFiles
+
+EXPORT_DIR, MARKER = "hf_model", "COMPLETE"
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+EOS = "<|endoftext|>"
+
+
+def bytes_tokenizer():
+    """The built-in `bytes` tokenizer as a Hugging Face fast tokenizer: a byte-level BPE without
+    merges, so every UTF-8 byte is one token whose id is the byte's value, and EOS is 256."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    vocab = {char: byte for byte, char in bytes_to_unicode().items()}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([EOS])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
+
+
+def tokenizer_for(cfg: TrainConfig):
+    """The tokenizer the run trained with, or None (a built-in shape on random tokens)."""
+    name = cfg.tokenizer or (None if is_builtin(cfg.model) else cfg.model)
+    if name is None:
+        return None
+    return bytes_tokenizer() if name == BYTES else hf_tokenizer(name)
+
+
+def _generation_config(cfg: TrainConfig, config, tokenizer):
+    """The source model's generation config when it has one, else one from the model config;
+    end-of-text and padding from the tokenizer where the config names none."""
+    from transformers import GenerationConfig
+
+    gen = None
+    if not is_builtin(cfg.model):
+        try:
+            gen = GenerationConfig.from_pretrained(local_dir(cfg.model))
+        except OSError:  # the source has no generation_config.json
+            pass
+    gen = gen or GenerationConfig.from_model_config(config)
+    if tokenizer is not None and gen.eos_token_id is None:
+        gen.eos_token_id = tokenizer.eos_token_id
+    if gen.pad_token_id is None:
+        gen.pad_token_id = gen.eos_token_id
+    return gen
+
+
+def export(engine: Engine, cfg: TrainConfig, files: RunFiles | None) -> str | None:
+    """Collective (the full state dict is gathered to rank 0's host); rank 0 writes the directory.
+    Returns its path on rank 0, None elsewhere."""
+    full = get_model_state_dict(engine.model, options=StateDictOptions(full_state_dict=True,
+                                                                       cpu_offload=True))
+    if files is None:
+        return None
+    dtype = DTYPES[cfg.export_dtype]
+    aliases = tied_aliases(engine.model)
+    state = {k.removeprefix("lm."): v.to(dtype) for k, v in full.items() if k not in aliases}
+    del full
+    lm = engine.model.lm
+    config = copy.deepcopy(lm.config)
+    config.dtype, config.use_cache = dtype, True  # training runs without a KV cache
+    tokenizer = tokenizer_for(cfg)
+    with tempfile.TemporaryDirectory(prefix="export-") as d:
+        lm.save_pretrained(d, state_dict=state)
+        config.save_pretrained(d)  # over the training config save_pretrained wrote
+        _generation_config(cfg, config, tokenizer).save_pretrained(d)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(d)
+        files.publish(d, EXPORT_DIR, MARKER)
+    return files.uri(EXPORT_DIR)

@@ -1,0 +1,175 @@
+"""The training step shared by the Ray train function and the benchmark: model, optimizer, step."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+from transformers import PretrainedConfig
+
+from training.model import loading
+from training.config import ConfigError, TrainConfig
+from training.data.packing import Batch
+from training.model.loss import label_count
+from training.step.metrics import flops_per_token
+from training.model.model import CausalLMWithLoss, build_model, count_params, is_builtin
+from training.step.memory import Footprint, cannot_fit, fits, plan_batch
+from training.step.mesh import build_mesh
+from training.step.parallelize import shard_model
+from training.step.schedule import Schedule
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The memory/speed/communication choices the defaults resolved to (reported with each run)."""
+    activation_checkpointing: bool
+    reshard_after_forward: bool
+    compile: bool
+    micro_batch_size: int
+    grad_accum: int
+    mesh: str  # replicas x shard group size: "1x8" is plain FSDP, "2x4" HSDP over two nodes
+    reduce_dtype: str
+    accum_dtype: str  # what the unsharded gradients accumulate in across micro-batches
+
+
+@dataclass
+class Engine:
+    model: CausalLMWithLoss
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    num_params: int
+    flops_per_token: float
+    plan: Plan
+    mesh: DeviceMesh | None = None
+    grad_norm: torch.Tensor | None = None  # of the last train_step
+    load: dict = field(default_factory=dict)  # pretrained weights: seconds, host RSS per rank
+
+
+def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
+    """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process group."""
+    started = time.perf_counter()
+    lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device,  # meta if pretrained
+                     attention=cfg.attention)
+    num_params = count_params(lm)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    mesh, layout = build_mesh(cfg.hsdp_replicas, device)
+    limit = memory_limit_bytes(cfg, device)  # also enforces --memory-budget-gib
+    compiled = device.type == "cuda" if cfg.compile is None else cfg.compile
+    fp = Footprint(model_cfg, num_params, layout.shard_size, limit, compiled, world)
+    plan = resolve_plan(cfg, fp, world, layout.shape, on_gpu=device.type == "cuda")
+    model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens, compile_loss=plan.compile)
+    shard_model(model, device, mesh=mesh, reshard_after_forward=plan.reshard_after_forward,
+                activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile,
+                reduce_dtype=plan.reduce_dtype, accum_dtype=plan.accum_dtype,
+                prefetch_layers=cfg.prefetch_layers)
+    load = {} if is_builtin(cfg.model) else loading.load_sharded(
+        model, loading.rank0_state(cfg.model, model_cfg, dist.get_rank()), device, started)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
+    fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size, cfg.seq_len)
+    return Engine(model, optimizer, device, num_params, fpt, plan, mesh, load=load)
+
+
+def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_gpu: bool) -> Plan:
+    """Resolve the defaults: micro-batch and accumulation from --tokens-per-step (memory.plan_batch);
+    checkpoint activations only when memory needs it; keep the gathered weights between forward
+    and backward (ZeRO-2, fewer all-gathers, and across micro-batches) only when their bf16 copy
+    fits without checkpointing; compile on GPU, where eager Hugging Face layers under FSDP2 are
+    CPU-bound (bench/NOTES.md), not on CPU, where compiling costs more than a laptop run gains.
+    Explicit settings always win."""
+    micro, accum = plan_batch(cfg, fp, world)
+    # Over the whole limit even at the frugal end: certain OOM, refused with the fix instead.
+    if (why := cannot_fit(fp, cfg, micro_batch=micro, grad_accum=accum, headroom=1.0)):
+        raise ConfigError([why])
+    checkpointing = cfg.activation_checkpointing
+    if checkpointing is None:
+        checkpointing = not fits(fp, cfg, micro_batch=micro, grad_accum=accum)
+    reshard = cfg.reshard_after_forward
+    if reshard is None:
+        reshard = checkpointing or fp.limit_bytes is None or not fits(
+            fp, cfg, micro_batch=micro, grad_accum=accum, zero2=True)
+    return Plan(checkpointing, reshard, on_gpu if cfg.compile is None else cfg.compile,
+                micro, accum, mesh, cfg.reduce_dtype, cfg.accum_dtype or cfg.reduce_dtype)
+
+
+def memory_limit_bytes(cfg: TrainConfig, device: torch.device) -> int | None:
+    """Usable GPU memory: the device's, or --memory-budget-gib, which is also enforced here."""
+    if device.type != "cuda":
+        return None
+    total = torch.cuda.get_device_properties(device).total_memory
+    if cfg.memory_budget_gib is None:
+        return total
+    budget = min(int(cfg.memory_budget_gib * 2**30), total)  # a budget over the GPU is the GPU
+    torch.cuda.set_per_process_memory_fraction(budget / total, device)
+    return budget
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate for optimizer step `step` (1-based) of a fresh run (training/step/schedule.py)."""
+    return Schedule.from_config(cfg).lr(step)
+
+
+def train_step(engine: Engine, micro_batches: list[Batch | tuple], lr: float,
+               grad_clip: float) -> torch.Tensor:
+    """One optimizer step over the micro-batches (Batch, or (inputs, labels) pairs).
+
+    The loss is a token mean over the whole step: the summed loss of every labelled token of
+    every micro-batch on every rank, divided by their count (one all-reduce of the count per
+    step), as torchtitan's trainer does and Hugging Face's "Fixing gradient accumulation"
+    (2024-10-16) explains; a mean of per-micro-batch means over-weights short completions.
+    FSDP's own division by the world size is off (parallelize.py), so the gradients, their norm
+    and the clipping are of that mean. Returns this rank's share of the loss times the world
+    size (a device tensor, no sync): its mean across ranks is the step's loss."""
+    model, opt, device = engine.model, engine.optimizer, engine.device
+    for group in opt.param_groups:
+        group["lr"] = lr
+    batches = [Batch(*b).to(device) for b in micro_batches]
+    count = sum(label_count(b.labels) for b in batches).float()
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if world > 1:
+        dist.all_reduce(count)
+    total = torch.zeros((), device=device)
+    keep_gathered = not engine.plan.reshard_after_forward
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        # Communicate once per optimizer step: no reduce-scatter/all-reduce before the last
+        # micro-batch, and under ZeRO-2 (memory allows the gathered weights) no re-gathering
+        # either: FSDP2's set_reshard_after_backward exists for exactly this trade.
+        model.set_requires_gradient_sync(last)
+        if keep_gathered:
+            model.set_reshard_after_backward(last)
+        loss = model(batch.inputs, batch.labels, batch.positions, normalizer=count)
+        loss.backward()
+        total += loss.detach()
+    engine.grad_norm = _grad_norm_and_clip(model, grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return total * world
+
+
+def _grad_norm_and_clip(model: torch.nn.Module, grad_clip: float) -> torch.Tensor:
+    """The global gradient norm (a device tensor, no sync; the loop's non-finite guard reads it),
+    clipping to `grad_clip` when set. Sharded DTensor norms are reduced with `full_tensor`, as
+    torchtitan's `clip_grad_norm_` does for FSDP2 (torchtitan/distributed/utils.py)."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    if grad_clip:
+        torch.nn.utils.clip_grads_with_norm_(params, grad_clip, norm)
+    return norm
+
+
+def mean_across_ranks(value: torch.Tensor) -> float:
+    v = value.detach().clone().float()
+    if dist.is_initialized():
+        dist.all_reduce(v)
+        v /= dist.get_world_size()
+    return float(v)

@@ -1,0 +1,198 @@
+"""Per-GPU memory estimate and the batch planner built on it.
+
+The estimate (bytes, per GPU) is what must fit on the device, not only torch's tensors:
+  - sharded fp32 state: weights, gradients, two Adam moments, 16 bytes per parameter over the
+    shard group;
+  - gradient accumulation without communication keeps unsharded gradients of the whole model in
+    the accumulation dtype until the last micro-batch (FSDP2
+    `FSDPParam.to_accumulated_grad_if_needed` upcasts them to the policy's reduce dtype: 4
+    bytes/param for fp32, 2 for bf16);
+  - ZeRO-2 keeps the whole gathered bf16 model (2 bytes/param) between forward and backward;
+  - the fused loss's buffers (`training/model/loss.py`): one chunk's fp32 logits and their bf16
+    gradient, the fp32 head-gradient accumulator and one chunk's term of it, the bf16 gradient
+    of the hidden states it saves for backward;
+  - saved activations of one micro-batch (smaller for compiled layers, which save fewer
+    intermediates);
+  - what the caching allocator reserves beyond its tensors (`STATIC_FACTOR` on the tensors above);
+  - outside torch's allocator: the CUDA context, cuBLAS workspaces (`FIXED_GIB`) and NCCL's
+    buffers when there are peers (`NCCL_GIB`).
+The measured peak it is calibrated against is `torch.cuda.max_memory_reserved` plus the device
+memory outside torch's allocator (bench/calibrate.py): reserved memory is what runs out first.
+It must fit in 90% of the GPU (or --memory-budget-gib).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PretrainedConfig
+
+from training.config import TrainConfig
+
+HEADROOM = 0.9
+REDUCE_BYTES = {"fp32": 4, "bf16": 2}
+GIB = 2**30
+
+# Calibration constants. STATIC_FACTOR (the allocator's usual reserve on the tensors it holds),
+# FIXED_GIB (a CUDA 13 context with cuBLAS workspaces) and NCCL_GIB (NCCL's default buffers for a
+# handful of channels and peers) are set from what they are, not fitted: on one GPU every row
+# holds nearly the same static bytes, so a free fit trades them against each other (it put 11 GiB
+# "outside" the allocator and under-counted the state, which would refuse plans on an L4). The
+# activation factors, by (compiled, activation checkpointing), are fit by `python -m
+# bench.calibrate --fit` to the H200 rows of 2026-12-01 (bench/runs/2026-12-01/
+# i22-calibration.json: -4.0% .. +3.4% with these values; one row each with checkpointing);
+# tests/training/test_calibration.py holds every recorded row to the tolerance.
+STATIC_FACTOR = 1.05
+ACTIVATION_FACTOR = {(False, False): 0.885, (True, False): 0.589,  # (compiled, checkpointing)
+                     (False, True): 3.099, (True, True): 1.511}
+FIXED_GIB = 0.75
+NCCL_GIB = 0.5
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What the estimate needs to know about the run besides the settings."""
+    model_cfg: PretrainedConfig
+    num_params: int
+    shard_size: int
+    limit_bytes: int | None  # None: CPU, no limit
+    compiled: bool = False  # decoder layers compiled (fewer saved activations)
+    world: int = 1  # ranks: NCCL's buffers only when there are peers
+
+
+# Bytes of saved activations per token per decoder layer, without checkpointing, in bf16:
+# ~24 hidden-sized and ~4 intermediate-sized tensors. Calibrated against the 33 GiB of activations
+# measured for Qwen2.5-1.5B at 8,192 tokens per GPU (design notes' FSDP2 table).
+def _activation_bytes_per_token_layer(model_cfg: PretrainedConfig) -> int:
+    return 2 * (24 * model_cfg.hidden_size + 4 * model_cfg.intermediate_size)
+
+
+def activation_bytes(model_cfg: PretrainedConfig, tokens: int, checkpointing: bool) -> int:
+    """Saved activations of one micro-batch (eager); checkpointing keeps each layer's bf16 input
+    plus one layer's activations while it is recomputed."""
+    per_layer = _activation_bytes_per_token_layer(model_cfg)
+    if checkpointing:
+        return tokens * (model_cfg.num_hidden_layers * 2 * model_cfg.hidden_size + per_layer)
+    return tokens * model_cfg.num_hidden_layers * per_layer
+
+
+def loss_bytes(model_cfg: PretrainedConfig, tokens: int, chunk_tokens: int) -> int:
+    """The LM head + cross-entropy's buffers at their peak (training/model/loss.py): fused, one chunk's
+    fp32 logits (exponentiated in place) and bf16 gradient, the fp32 head-gradient accumulator
+    and the chunk's fp32 term, and the bf16 hidden-state gradient kept for backward; unfused
+    (`chunk_tokens` 0), the whole micro-batch's bf16 logits, their fp32 upcast and gradient."""
+    vocab, hidden = model_cfg.vocab_size, model_cfg.hidden_size
+    if not chunk_tokens:
+        return tokens * vocab * (2 + 4 + 4)
+    chunk = min(chunk_tokens, tokens)
+    return chunk * vocab * (4 + 2) + 2 * 4 * vocab * hidden + 2 * tokens * hidden
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The estimate's terms in bytes: `static` (every tensor but activations, before the
+    allocator's reserve), raw eager `activations`, and what lies outside torch's allocator."""
+    static: float
+    activations: float
+    outside: float
+    compiled: bool
+    checkpointing: bool
+
+    @property
+    def total(self) -> int:
+        return int(STATIC_FACTOR * self.static +
+                   ACTIVATION_FACTOR[self.compiled, self.checkpointing] *
+                   self.activations + self.outside)
+
+
+def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum: int,
+                   reduce_dtype: str, checkpointing: bool, zero2: bool,
+                   accum_dtype: str | None = None, loss_chunk_tokens: int = 2048) -> Parts:
+    tokens = micro_batch * seq_len
+    state = 16 * fp.num_params / fp.shard_size
+    accumulated = (REDUCE_BYTES[accum_dtype or reduce_dtype] * fp.num_params
+                   if grad_accum > 1 else 0)
+    gathered = 2 * fp.num_params if zero2 else 0
+    static = state + accumulated + gathered + loss_bytes(fp.model_cfg, tokens, loss_chunk_tokens)
+    outside = (FIXED_GIB + (NCCL_GIB if fp.world > 1 else 0)) * GIB
+    return Parts(static, activation_bytes(fp.model_cfg, tokens, checkpointing), outside,
+                 fp.compiled, checkpointing)
+
+
+def estimate_bytes(fp: Footprint, **shape) -> int:
+    """Bytes per GPU at the step's peak for the shape (`estimate_parts`' keywords)."""
+    return estimate_parts(fp, **shape).total
+
+
+def _shape(cfg: TrainConfig, micro_batch: int, grad_accum: int, checkpointing: bool,
+           zero2: bool) -> dict:
+    return {"micro_batch": micro_batch, "seq_len": cfg.seq_len, "grad_accum": grad_accum,
+            "reduce_dtype": cfg.reduce_dtype, "accum_dtype": cfg.accum_dtype,
+            "checkpointing": checkpointing, "zero2": zero2,
+            "loss_chunk_tokens": cfg.loss_chunk_tokens}
+
+
+def fits(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum: int,
+         checkpointing: bool = False, zero2: bool = False) -> bool:
+    """True on CPU (no limit) or when the estimate is within 90% of the limit."""
+    if fp.limit_bytes is None:
+        return True
+    need = estimate_bytes(fp, **_shape(cfg, micro_batch, grad_accum, checkpointing, zero2))
+    return need <= HEADROOM * fp.limit_bytes
+
+
+def cannot_fit(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum: int,
+               headroom: float = HEADROOM) -> str | None:
+    """Why this plan cannot fit even with activation checkpointing and ZeRO-3 (the frugal end of
+    every lever), or None when it can (or there is no limit)."""
+    if fp.limit_bytes is None:
+        return None
+    need = estimate_bytes(fp, **_shape(cfg, micro_batch, grad_accum, True, False))
+    if need <= headroom * fp.limit_bytes:
+        return None
+    fix = ("--seq-len, or add workers" if cfg.tokens_per_step else
+           "--micro-batch-size (raise --grad-accum to keep the batch) or --seq-len, or add workers")
+    return (f"micro-batch {micro_batch} at --seq-len {cfg.seq_len} needs about "
+            f"{need / headroom / 2**30:.1f} GiB per GPU even with activation checkpointing, over "
+            f"the {fp.limit_bytes / 2**30:.1f} GiB available; lower {fix}")
+
+
+def plan_batch(cfg: TrainConfig, fp: Footprint, world: int) -> tuple[int, int]:
+    """(micro-batch, accumulation) for --tokens-per-step, or the flags' own when it is not set.
+
+    The largest micro-batch that divides the worker's sequences per step and fits without
+    activation checkpointing wins (fewer, larger micro-batches: larger GEMMs, fewer launches; the
+    communication happens once per step either way); if none does, the largest that fits with
+    checkpointing; micro-batch 1 if nothing fits (the run then reports its memory).
+    """
+    if cfg.tokens_per_step is None:
+        return cfg.micro_batch_size, cfg.grad_accum
+    sequences = max(1, cfg.tokens_per_step // (cfg.seq_len * world))
+    sizes = [m for m in range(sequences, 0, -1) if sequences % m == 0]
+    explicit = cfg.activation_checkpointing
+    for checkpointing in (False, True) if explicit is None else (explicit,):
+        for m in sizes:
+            if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
+                return m, sequences // m
+    return 1, sequences
+
+
+def _from_inputs(inputs: dict) -> tuple[Footprint, dict]:
+    from training.model.model import model_config
+
+    fp = Footprint(model_config(inputs["model"], inputs["vocab_size"]), inputs["num_params"],
+                   inputs["shard_size"], None, inputs["compiled"], inputs["world"])
+    shape = {k: inputs[k] for k in ("micro_batch", "seq_len", "grad_accum", "reduce_dtype",
+                                     "accum_dtype", "checkpointing", "zero2", "loss_chunk_tokens")}
+    return fp, shape
+
+
+def parts_from(inputs: dict) -> Parts:
+    """The estimate's terms for a recorded calibration row's inputs (bench/calibrate.py)."""
+    fp, shape = _from_inputs(inputs)
+    return estimate_parts(fp, **shape)
+
+
+def estimate_from(inputs: dict) -> int:
+    """The estimate, with today's constants, for a recorded calibration row's inputs."""
+    return parts_from(inputs).total

@@ -1,0 +1,116 @@
+"""FSDP2 sharding: one group per decoder layer, then the root, over a 1-D (FSDP) or 2-D (HSDP) mesh.
+
+The root group holds the embeddings, the final norm and the tied LM head: tied weights must stay in
+one group, and the root is gathered once per step anyway. Order follows torchtitan: activation
+checkpointing wraps the layers first, then FSDP shards them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from training.model.model import CausalLMWithLoss
+
+REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def mixed_precision(device: torch.device, reduce_dtype: str = "fp32",
+                    accum_dtype: str | None = None) -> MixedPrecisionPolicy | None:
+    """bf16 compute with fp32 master weights on GPU, pure fp32 on CPU (see `precision_policy`)."""
+    if device.type != "cuda":
+        return None
+    return precision_policy(reduce_dtype, accum_dtype)
+
+
+def precision_policy(reduce_dtype: str, accum_dtype: str | None) -> MixedPrecisionPolicy:
+    """bf16 parameters for compute; gradients accumulate across micro-batches in `accum_dtype`
+    (default: `reduce_dtype`) and are reduced in `reduce_dtype` (bf16 halves the bytes on the wire;
+    the optimizer still steps fp32 shards).
+
+    FSDP2 accumulates the unsharded gradients of micro-batches without sync in the policy's
+    reduce dtype (`FSDPParam.to_accumulated_grad_if_needed`; a reduce dtype equal to the param
+    dtype means plain bf16 `+=`), so fp32 accumulation takes a policy with fp32 reduce; a bf16
+    wire then comes from `reduce_in`."""
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                reduce_dtype=REDUCE_DTYPES[accum_dtype or reduce_dtype])
+
+
+def reduce_in(model: nn.Module, dtype: str) -> None:
+    """Reduce the gradients of every FSDP2 group in `dtype`, whatever they accumulated in.
+
+    FSDP2 has no public setting for a reduce dtype other than the accumulation dtype. Each
+    parameter group passes its `_reduce_dtype` to `foreach_reduce`, which copies the (fp32)
+    accumulated gradients into a reduce-scatter buffer of that dtype, reduce-scatters (and, for
+    HSDP, all-reduces) in it and casts the result back into the fp32 sharded gradients
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `post_backward`,
+    `_fsdp_collectives.py` `foreach_reduce`, torch 2.11 and 2.13). The attribute is re-derived
+    from the policy at lazy init (`_init_mp_dtypes`, once per model), so call this after it."""
+    wanted = REDUCE_DTYPES[dtype]
+    for module in model.modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        state = module._get_fsdp_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:  # torch 2.11: one group per state
+            groups = [state._fsdp_param_group] if state._fsdp_param_group else []
+        for group in groups:
+            if not hasattr(group, "_reduce_dtype"):
+                raise RuntimeError(f"torch {torch.__version__}: FSDP2 parameter groups have no "
+                                   "_reduce_dtype; --accum-dtype cannot differ from "
+                                   "--reduce-dtype with this version")
+            if group._reduce_dtype is not None:  # None: no trainable parameters
+                group._reduce_dtype = wanted
+
+
+def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_forward: bool,
+                activation_checkpointing: bool, compile_layers: bool = False,
+                mesh: DeviceMesh | None = None, reduce_dtype: str = "fp32",
+                accum_dtype: str | None = None, prefetch_layers: int = 0,
+                policy: MixedPrecisionPolicy | None = None) -> CausalLMWithLoss:
+    """Shard in place over `mesh` (default: the whole default process group) and return the model;
+    `policy` overrides the device's mixed precision (bf16 on CPU, for tests)."""
+    kwargs = {"mesh": mesh}
+    policy = policy or mixed_precision(device, reduce_dtype, accum_dtype)
+    if policy is not None:
+        kwargs["mp_policy"] = policy
+    layers: nn.ModuleList = model.layers
+    for i, layer in enumerate(layers):
+        if activation_checkpointing:
+            layer = checkpoint_wrapper(layer)
+            layers[i] = layer
+        if compile_layers:
+            layer.compile()
+        # The last layer is gathered again right away by backward: keeping it saves one all-gather.
+        last = i == len(layers) - 1
+        fully_shard(layer, reshard_after_forward=reshard_after_forward and not last, **kwargs)
+    fully_shard(model, **kwargs)
+    # The training step divides its loss by the labelled tokens of all ranks (engine.train_step),
+    # so the reduction sums gradients instead of averaging them over ranks, as torchtitan does.
+    # A factor of 1 alone becomes NCCL's PREMUL_SUM(1), which gloo refuses; with sum-only
+    # comms it is a plain SUM and no division (_fsdp_collectives.py, _get_gradient_divide_factors).
+    # Set on every FSDP module: each setter covers only its own module's parameter group
+    # (torch/distributed/fsdp/_fully_shard/_fully_shard.py, read in 2.13).
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+    if policy is not None and accum_dtype not in (None, reduce_dtype):
+        model._get_fsdp_state()._lazy_init()  # what the root's first forward does, now
+        reduce_in(model, reduce_dtype)
+    if prefetch_layers:
+        set_prefetch(list(layers), prefetch_layers)
+    return model
+
+
+def set_prefetch(layers: list, depth: int) -> None:
+    """Each layer explicitly prefetches the all-gathers of the next `depth` layers in forward and
+    of the previous `depth` in backward (FSDPModule.set_modules_to_{forward,backward}_prefetch:
+    one layer matches FSDP2's implicit overlap, issued earlier from the CPU; two or more overlap
+    more at one gathered layer of memory each)."""
+    for i, layer in enumerate(layers):
+        layer.set_modules_to_forward_prefetch(layers[i + 1:i + 1 + depth])
+        layer.set_modules_to_backward_prefetch(layers[max(0, i - depth):i][::-1])
