@@ -3,8 +3,8 @@
 - `random_tokens.py`: deterministic random tokens (`--data random|repeat`), for transport and
   throughput checks.
 - `source.py`: the files of `--data` (local or s3://), their identity and their rows.
-- `formats.py` and `tokenize.py`: text, prompt/completion and chat rows into token ids, and which
-  of them the loss trains on.
+- `formats.py`: one record per data format (its columns, how a row is encoded, what the loss
+  trains on, what an untrainable row lacks); `tokenize.py`: the tokenizers that encode them.
 - `cache.py`: the tokenized, packed form in the run directory, built once on the driver before
   Ray starts; `prepare.py` builds it and checks it against the model.
 - `packing.py`: which samples each rank reads (a pure function of how many the run has consumed,

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from training.data import DataError
-from training.data.formats import FORMATS, RowError, detect, tokens
+from training.data.formats import RowError, detect
 from training.data.source import Source
 from training.data.tokenize import Encoder
 
@@ -117,11 +117,7 @@ class TokenCache:
         for doc, (where, number, row) in enumerate(source.rows()):
             try:
                 fmt = fmt or detect(list(row))
-                missing = [c for c in FORMATS[fmt] if c not in row]
-                if missing:
-                    raise RowError(f"no `{missing[0]}` column (the data is {fmt}: "
-                                   f"{' + '.join(FORMATS[fmt])}, from its first row)")
-                ids, trained = tokens(row, fmt, enc, loss_tokens)
+                ids, trained = fmt.tokens(row, enc, loss_tokens)
             except RowError as e:
                 raise DataError(f"{where} row {number}: {e}") from None
             max_id = max(max_id, max(ids))
@@ -131,7 +127,8 @@ class TokenCache:
             (held if held_out(doc, eval_fraction) else train).add(ids, trained)
             trained_tokens += sum(trained)
         return {"samples": train.close(block, pad), "eval_samples": held.close(block, True),
-                "sample_tokens": block, "source": source.uri, "data_format": fmt,
+                "sample_tokens": block, "source": source.uri,
+                "data_format": fmt.name if fmt else None,
                 "documents": train.documents, "eval_documents": held.documents,
                 "max_token_id": max_id, "loss_tokens": loss_tokens,
                 "trained_tokens": trained_tokens}

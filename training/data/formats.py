@@ -1,20 +1,23 @@
-"""The data formats, told apart by their columns, and what the loss trains on in each.
+"""The data formats, one record each: the columns that tell it apart, how a row becomes tokens,
+what the loss trains on, and what an untrainable row lacks.
 
 - `text`: a `text` column; every token is trained on.
 - `prompt-completion`: `prompt` and `completion` columns; the completion is trained on.
 - `messages`: a `messages` column of `{role, content}` lists, rendered with the tokenizer's chat
   template; the assistant turns are trained on.
 `--loss-tokens all` trains on every token of every format (TRL's `completion_only_loss=False`).
+
+Standard library only at import (tokenize.py loads transformers when a tokenizer is asked for),
+so the configuration's help can be written from `FORMATS` without importing torch.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from training.data.tokenize import Encoder, Tokens, TokenizeError
 
-FORMATS = {"messages": ("messages",), "prompt-completion": ("prompt", "completion"),
-           "text": ("text",)}
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -22,35 +25,35 @@ class RowError(ValueError):
     """One row cannot be trained on; the message says why (the caller adds file and row)."""
 
 
-def detect(columns: Sequence[str]) -> str:
-    """The format whose columns are present (messages first: a chat set may carry a `text`)."""
-    for name, needed in FORMATS.items():
-        if all(c in columns for c in needed):
-            return name
-    raise RowError(f"no `text`, `prompt` + `completion` or `messages` column (found "
-                   f"{', '.join(columns) or 'none'})")
+@dataclass(frozen=True)
+class Format:
+    name: str  # as the index and the run summary record it
+    columns: tuple[str, ...]  # all present: a row is of this format
+    encode: Callable[[dict, Encoder], Tokens]  # ids, and what --loss-tokens completion trains
+    trains: str  # what --loss-tokens completion trains on, for the log
+    empty: str  # what a row with nothing to train on lacks
 
+    def quoted(self) -> str:
+        """The columns as the help and the errors name them: `prompt` + `completion`."""
+        return " + ".join(f"`{c}`" for c in self.columns)
 
-def tokens(row: dict, fmt: str, enc: Encoder, loss_tokens: str) -> Tokens:
-    """Ids and trained flags of one row; a row with nothing to train on is an error."""
-    try:
-        if fmt == "text":
-            ids, trained = enc.text(_string(row, "text"))
-        elif fmt == "prompt-completion":
-            ids, trained = enc.prompt_completion(_string(row, "prompt"),
-                                                 _string(row, "completion"))
-        else:
-            ids, trained = enc.chat(_messages(row.get("messages")))
-    except TokenizeError as e:
-        raise RowError(str(e)) from None
-    if loss_tokens == "all":
-        trained = [True] * len(ids)
-    # The first token of a document is never a label (nothing before it in its document).
-    if not any(trained[1:]):
-        what = {"text": "empty text", "prompt-completion": "an empty completion",
-                "messages": "no assistant turn"}[fmt]
-        raise RowError(f"no token to train on ({what})")
-    return ids, trained
+    def tokens(self, row: dict, enc: Encoder, loss_tokens: str) -> Tokens:
+        """Ids and trained flags of one row of this format (told from the data's first row); a
+        row with nothing to train on is an error."""
+        missing = [c for c in self.columns if c not in row]
+        if missing:
+            raise RowError(f"no `{missing[0]}` column (the data is {self.name}: "
+                           f"{' + '.join(self.columns)}, from its first row)")
+        try:
+            ids, trained = self.encode(row, enc)
+        except TokenizeError as e:
+            raise RowError(str(e)) from None
+        if loss_tokens == "all":
+            trained = [True] * len(ids)
+        # The first token of a document is never a label (nothing before it in its document).
+        if not any(trained[1:]):
+            raise RowError(f"no token to train on ({self.empty})")
+        return ids, trained
 
 
 def _string(row: dict, column: str) -> str:
@@ -71,3 +74,31 @@ def _messages(value) -> list[dict]:
                            f"\"content\": a string}} (got {m!r:.80})")
         out.append({"role": m["role"], "content": m["content"]})
     return out
+
+
+TEXT = Format("text", ("text",), lambda row, enc: enc.text(_string(row, "text")),
+              trains="every token", empty="empty text")
+PROMPT_COMPLETION = Format(
+    "prompt-completion", ("prompt", "completion"),
+    lambda row, enc: enc.prompt_completion(_string(row, "prompt"), _string(row, "completion")),
+    trains="the completions", empty="an empty completion")
+MESSAGES = Format("messages", ("messages",), lambda row, enc: enc.chat(_messages(row["messages"])),
+                  trains="the assistant turns", empty="no assistant turn")
+FORMATS = (TEXT, PROMPT_COMPLETION, MESSAGES)
+BY_NAME = {f.name: f for f in FORMATS}
+
+
+def listing(word: Callable[[Format], str], last: str = " or ") -> str:
+    """Every format, as `word` names it, in one phrase: `listing(Format.quoted)` is "`text`,
+    `prompt` + `completion` or `messages`"."""
+    words = [word(f) for f in FORMATS]
+    return ", ".join(words[:-1]) + last + words[-1]
+
+
+def detect(columns: Sequence[str]) -> Format:
+    """The format whose columns are present, the most specific first (a chat set may carry a
+    `text`, and so may a prompt/completion set)."""
+    for fmt in reversed(FORMATS):
+        if all(c in columns for c in fmt.columns):
+            return fmt
+    raise RowError(f"no {listing(Format.quoted)} column (found {', '.join(columns) or 'none'})")

@@ -10,12 +10,10 @@ from dataclasses import dataclass
 from training.config import RANDOM_DATA, TrainConfig
 from training.data import DataError
 from training.data.cache import EVAL_FILE, TOKENS_FILE, TokenCache
+from training.data.formats import BY_NAME, listing
 from training.data.source import Source
 from training.data.tokenize import BYTES, encoder
 from training.storage import Storage
-
-TRAINS_ON = {"text": "every token", "prompt-completion": "the completions",
-             "messages": "the assistant turns"}
 
 
 def tokenizer_name(cfg: TrainConfig) -> str:
@@ -91,10 +89,11 @@ def _check_vocab(index: dict, model_vocab: int, tok: str, cfg: TrainConfig) -> N
 def describe(cfg: TrainConfig, index: dict | None, evaluated: dict | None) -> str:
     """The log's line on what the run trains on."""
     if index is None:
+        formats = listing(lambda f: "/".join(f.columns))
         return (f"data: {cfg.data} tokens, for transport and throughput checks only: nothing "
-                "real is learned (pass --data with text, prompt/completion or messages files)")
+                f"real is learned (pass --data with {formats} files)")
     fmt = index["data_format"]
-    trains_on = "every token" if cfg.loss_tokens == "all" else TRAINS_ON[fmt]
+    trains_on = "every token" if cfg.loss_tokens == "all" else BY_NAME[fmt].trains
     held = f"; evaluated on {evaluated['samples']} samples" if evaluated else ""
     tokenizer = "bytes (built in)" if tokenizer_name(cfg) == BYTES else tokenizer_name(cfg)
     return (f"data: {fmt} format, {index['documents']} documents in {index['samples']} samples "

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from training.config import RANDOM_DATA as RANDOM_MODES  # the one list, in the config
-
 
 def random_batch(*, seed: int, rank: int, step: int, micro: int, batch: int, seq_len: int,
                  vocab: int, repeat: bool) -> tuple[torch.Tensor, torch.Tensor]:

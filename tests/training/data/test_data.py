@@ -1,6 +1,5 @@
-"""The data path without Ray: formats and what each trains on, packing into samples with labels
-and per-document positions, the evaluation split, positions by count (exact resumes), and the
-identity of a source."""
+"""The data path without Ray: packing into samples with labels and per-document positions, the
+evaluation split, positions by count (exact resumes), and the identity of a source."""
 
 from __future__ import annotations
 
@@ -12,17 +11,12 @@ import pytest
 
 from training.data.cache import (EVAL_FILE, INDEX_FILE, START, TOKENS_FILE, TRAINED, TokenCache,
                                  fingerprint)
-from training.data.formats import tokens
-from training.data.packing import Samples, decode, sample_start
+from training.data.packing import Samples, sample_start
 from training.data.source import Source
-from training.data.tokenize import BYTES, ByteEncoder, HFEncoder
+from training.data.tokenize import BYTES, ByteEncoder
 from training.model.loss import IGNORE_INDEX
 
 EOS = ByteEncoder.eos
-CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
-        {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3?"},
-        {"role": "assistant", "content": "6"}]
-
 
 def _consumed(samples_seen: int, steps: int, world: int, accum: int,
               batch: int) -> tuple[list, int]:
@@ -41,63 +35,6 @@ def test_every_sample_once_across_ranks_and_a_resume_with_another_world_size_and
     first, position = _consumed(0, steps=5, world=2, accum=1, batch=2)
     second, end = _consumed(position, steps=4, world=3, accum=2, batch=1)
     assert sorted(first + second) == list(range(end)) and end == 20 + 24
-
-
-def _spans(ids: list[int], trained: list[bool]) -> list[list[int]]:
-    """The runs of consecutive trained tokens."""
-    out, run = [], []
-    for i, t in zip(ids, trained):
-        if t:
-            run.append(i)
-        elif run:
-            out, run = out + [run], []
-    return out + [run] if run else out
-
-
-def test_text_trains_every_token_of_the_tokenizers_own_encoding_plus_eos():
-    assert tokens({"text": "ab"}, "text", ByteEncoder(), "completion") == \
-        ([97, 98, EOS], [True] * 3)
-
-
-def test_prompt_completion_trains_the_completion_and_its_eos_only():
-    ids, trained = tokens({"prompt": "Q?", "completion": "A"}, "prompt-completion", ByteEncoder(),
-                          "completion")
-    assert ids == [*b"Q?A", EOS] and _spans(ids, trained) == [[ord("A"), EOS]]
-    _, everything = tokens({"prompt": "Q?", "completion": "A"}, "prompt-completion",
-                           ByteEncoder(), "all")
-    assert all(everything)
-
-
-def test_bytes_chat_format_trains_the_assistant_turns_and_their_end():
-    ids, trained = tokens({"messages": CHAT}, "messages", ByteEncoder(), "completion")
-    assert bytes(i for i in ids if i != EOS).decode().startswith("<|system|>\nBe brief.\n")
-    assert _spans(ids, trained) == [[ord("4"), EOS], [ord("6"), EOS]]
-
-
-@pytest.mark.parametrize("eos", ["<|im_end|>", "<|endoftext|>"])  # Instruct's, the base model's
-def test_qwen25_template_trains_exactly_the_assistant_turns(qwen_template_tokenizer, tmp_path, eos):
-    from transformers import AutoTokenizer
-
-    AutoTokenizer.from_pretrained(qwen_template_tokenizer, eos_token=eos).save_pretrained(tmp_path)
-    enc = HFEncoder(str(tmp_path))
-    ids, trained = tokens({"messages": CHAT}, "messages", enc, "completion")
-    text = enc.tok.decode(ids)
-    # The template's own rendering (../shared/reference/qwen2.5/README.md records it).
-    assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
-                    "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\n3+3?<|im_end|>\n"
-                    "<|im_start|>assistant\n6<|im_end|>\n")
-    assert [enc.tok.decode(s) for s in _spans(ids, trained)] == ["4<|im_end|>", "6<|im_end|>"]
-
-
-def test_qwen25_default_system_prompt_and_multi_token_answers_stay_untrained(
-        qwen_template_tokenizer):
-    enc = HFEncoder(str(qwen_template_tokenizer))
-    chat = [{"role": "user", "content": "Name the storage."},
-            {"role": "assistant", "content": "The checkpoints go to an S3 bucket."}]
-    ids, trained = tokens({"messages": chat}, "messages", enc, "completion")
-    assert "You are Qwen" in enc.tok.decode(ids)
-    assert [enc.tok.decode(s) for s in _spans(ids, trained)] == \
-        ["The checkpoints go to an S3 bucket.<|im_end|>"]
 
 
 def _write(path, rows) -> str:
@@ -147,22 +84,25 @@ def test_samples_are_rows_of_the_file_wrapping_into_the_next_epoch(tmp_path):
         Samples(pafs.LocalFileSystem(), str(d))
 
 
-def test_held_out_documents_are_never_in_the_training_file(tmp_path):
-    rows = [{"text": f"document {i:03d}"} for i in range(60)]
+def test_held_out_documents_are_never_in_the_training_file_and_each_is_evaluated_once(tmp_path):
+    rows = [{"text": f"document {i:03d}"} for i in range(60)]  # 12 bytes + EOS: one sample each
     src = Source.open(_write(tmp_path / "t.jsonl", rows))
     cache = TokenCache(pafs.LocalFileSystem(), str(tmp_path / "c"), "x")
-    index = cache.build(src, ByteEncoder(), seq_len=15, eval_fraction=0.2)
+    index = cache.build(src, ByteEncoder(), seq_len=12, eval_fraction=0.2)
     train = {bytes(d[:-1]).decode() for d in _documents(cache.fs, cache.directory, TOKENS_FILE)}
-    held = {bytes(d[:-1]).decode() for d in _documents(cache.fs, cache.directory, EVAL_FILE)
-            if len(d) > 1}  # (the eval file's padding is single untrained starts)
+    held = {bytes(d[:-1]).decode() for d in _documents(cache.fs, cache.directory, EVAL_FILE)}
     assert not train & held and train | held == {r["text"] for r in rows}
     assert 9 <= len(held) <= 15 and index["eval_documents"] == len(held)
-    # Evaluation reads every held-out sample once over the ranks, the shortfall unlabelled.
+    # Evaluation reads every held-out sample once over the ranks (all 12 of its labels), the
+    # same number of micro-batches on each, the shortfall as rows with no label.
     ev = Samples(cache.fs, cache.directory, EVAL_FILE, "eval_samples")
-    parts = [ev.eval_batches(rank=r, world=2, batch=3) for r in range(2)]
-    assert len(parts[0]) == len(parts[1])
-    counted = sum(int((b.labels != IGNORE_INDEX).sum()) for p in parts for b in p)
-    assert counted == int((decode(ev.rows(0, ev.n)).labels != IGNORE_INDEX).sum())
+    parts = [ev.eval_batches(rank=r, world=2, batch=5) for r in range(2)]
+    assert len(parts[0]) == len(parts[1]) and 2 * 5 * len(parts[0]) > len(held)
+    read = [(bytes(i).decode(), int((lab != IGNORE_INDEX).sum()))
+            for p in parts for b in p for i, lab in zip(b.inputs.tolist(), b.labels)
+            if (lab != IGNORE_INDEX).any()]
+    assert sorted(read) == sorted((text, 12) for text in held)
+    assert sum(int((b.labels != IGNORE_INDEX).sum()) for p in parts for b in p) == 12 * len(held)
 
 
 def test_tokenized_once_in_the_files_order_and_reused(tmp_path):
@@ -196,44 +136,3 @@ def test_a_copy_of_local_data_is_the_same_data_and_an_edit_is_not(tmp_path):
     assert fingerprint(Source.open(a), BYTES, 8) != fingerprint(Source.open(b), BYTES, 8)
     assert fingerprint(Source.open(a), BYTES, 8) != fingerprint(Source.open(a), BYTES, 8,
                                                                 eval_fraction=0.1)
-
-
-def test_the_shipped_instruction_set_is_what_its_generator_writes_and_trains_on_answers():
-    from training.data.synthetic import SHIPPED, examples, render
-
-    assert SHIPPED.read_text() == render(examples())
-    rows = [json.loads(line) for line in SHIPPED.read_text().splitlines()]
-    add = next(r["messages"] for r in rows if r["messages"][0]["content"].startswith("What is"))
-    a, b = (int(x) for x in add[0]["content"][len("What is "):-1].split(" + "))
-    assert add[1] == {"role": "assistant", "content": str(a + b)}
-    ids, trained = tokens(rows[0], "messages", ByteEncoder(), "completion")
-    assert _spans(ids, trained) == [[*rows[0]["messages"][1]["content"].encode(), EOS]]
-
-
-def _tokenizer(tmp_path, bos: bool, eos: bool) -> str:
-    """A small BPE whose post-processor adds a BOS, as Llama 3's and Gemma's do (or not)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(["a plain document", "another one"],
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"]))
-    if bos:
-        tok.post_processor = processors.TemplateProcessing(
-            single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
-    out = tmp_path / f"tok-{bos}-{eos}"
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>",
-                            eos_token="</s>" if eos else None).save_pretrained(out)
-    return str(out)
-
-
-def test_a_document_is_the_tokenizers_own_encoding_with_its_bos_and_eos_and_no_made_up_id(
-        tmp_path):
-    with_bos = HFEncoder(_tokenizer(tmp_path, bos=True, eos=True))
-    ids, trained = tokens({"text": "a plain document"}, "text", with_bos, "completion")
-    bos, eos = with_bos.tok.convert_tokens_to_ids(["<s>", "</s>"])
-    assert ids[0] == bos and ids[-1] == eos and ids.count(bos) == 1 and all(trained)
-    no_eos = HFEncoder(_tokenizer(tmp_path, bos=False, eos=False))
-    ids, _ = tokens({"text": "a plain document"}, "text", no_eos, "completion")
-    assert ids == no_eos.tok.encode("a plain document")  # nothing appended, no id 0

@@ -12,7 +12,8 @@ import pytest
 
 from training.driver import cli
 from training.run import checkpoint
-from training.data.cache import TokenCache, fingerprint
+from training.data.cache import ID_MASK, TokenCache, fingerprint
+from training.data.packing import Samples
 from training.data.source import Source
 from training.data.tokenize import BYTES, ByteEncoder
 from training.step.schedule import Schedule
@@ -39,6 +40,7 @@ GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "c
     ({"messages": "hi"}, "row 2: `messages` must be a non-empty list"),
     ({"prompt": "a", "completion": "b"}, "row 2: no `messages` column"),
     ('{"messages": [', "row 2: not JSON"),
+    ('[{"role": "user", "content": "hi"}]', "row 2: a JSON object per line, got list"),
 ])
 def test_a_bad_row_is_refused_with_its_file_and_row(tmp_path, second_row, message):
     data = _jsonl(tmp_path / "chat.jsonl", GOOD, second_row)
@@ -55,6 +57,33 @@ def test_an_empty_document_and_unknown_columns_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"row 1: no `text`, `prompt` \+ `completion` or "
                                          "`messages` column .found question, answer"):
         run(tmp_path, "--data", data)
+
+
+def test_data_too_short_for_one_sample_is_refused(tmp_path):
+    data = _jsonl(tmp_path / "t.jsonl", {"text": "short"})
+    with pytest.raises(ValueError, match="holds no text .or too little to fill one 65-token "
+                                         "sample.; add data or lower --seq-len"):
+        run(tmp_path, "--data", data, "--seq-len", "64")
+    cache = TokenCache(pafs.LocalFileSystem(), str(tmp_path / "c"), "x")
+    cache.build(Source.open(data), ByteEncoder(), 64)
+    with pytest.raises(ValueError, match="holds no full sample"):  # what a worker would say
+        Samples(cache.fs, cache.directory)
+
+
+class _WideIds(ByteEncoder):
+    """Ids past the 30 bits a cached token keeps for its id."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ID_MASK + 1 + b for b in text.encode()]
+
+
+def test_a_token_id_the_cache_cannot_hold_is_refused_and_nothing_is_left(tmp_path):
+    data = _jsonl(tmp_path / "t.jsonl", {"text": "a"})
+    cache = TokenCache(pafs.LocalFileSystem(), str(tmp_path / "c"), "x")
+    with pytest.raises(ValueError, match=f"t.jsonl row 1: token id {ID_MASK + 1 + ord('a')} is "
+                                         "beyond the 1,073,741,824 this cache can hold"):
+        cache.build(Source.open(data), _WideIds(), 8)
+    assert not (tmp_path / "c").exists()
 
 
 def test_token_ids_beyond_the_models_vocabulary_are_refused(tmp_path):
