@@ -8,7 +8,7 @@ One invocation, through Ray Train with one worker per visible GPU, measures
     accumulates as plain PyTorch does, reducing gradients on every micro-batch),
   - `reference-no-sync`: the same, accumulating under FSDP1's `no_sync()` (once per step),
   - `ours`: the real step of `training/` (`engine.build_engine` + `engine.train_step`), and any
-    lever variants named with --variants,
+    lever variants named with --variants (the steps themselves: bench/steps.py),
 on the same micro-batches and tokens per optimizer step, warm-up excluded, timed with CUDA events.
 For the step-time model (`python -m bench.step_model --check`) each row also records the warm-up
 bandwidth probe of the variant's groups and, for ours, the compute time of one micro-batch with no
@@ -28,11 +28,12 @@ import platform
 import shlex
 import statistics
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
-from training.flags import add_config_flags
+from bench.report import table
 from training.config import TrainConfig
+from training.flags import add_config_flags
 
 # The job settings the benchmark takes as flags; every variant starts from them.
 BENCH_SETTINGS = ("model", "seq_len", "micro_batch_size", "grad_accum", "memory_budget_gib")
@@ -47,12 +48,12 @@ VARIANTS: dict[str, dict] = {
     "ours-eager-zero3": {"compile": False, "reshard_after_forward": True},
     "ours-unfused-loss": {"loss_chunk_tokens": 0},
     "ours-ac": {"activation_checkpointing": True},
-    # Issue 14's levers for a network-bound step, added to the defaults one at a time.
+    # Levers for a network-bound step, added to the defaults one at a time.
     "ours-bf16-reduce": {"reduce_dtype": "bf16"},
     "ours-hsdp": {"hsdp_replicas": 2},
     "ours-hsdp-bf16-reduce": {"hsdp_replicas": 2, "reduce_dtype": "bf16"},
     "ours-bf16-reduce-prefetch2": {"reduce_dtype": "bf16", "prefetch_layers": 2},
-    # Issue 19: packed rows of 4 documents with per-document positions (attention masked
+    # Packed rows of 4 documents with per-document positions (attention masked
     # block-diagonally), against `ours` (one causal mask over the row): sdpa with a dense mask,
     # flex_attention with a block-sparse one, and flex_attention on causal rows.
     "ours-docs4": {},
@@ -88,93 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _back_to_back_seconds(calls, device) -> list[float]:
-    """Seconds per call of `calls` (zero-argument functions) run back to back as a training loop
-    runs them: no host sync in between, so the CPU queues call i+1 while the GPU runs call i.
-    On GPU each call's end is a CUDA event and a call's time is the gap between consecutive ends
-    (device-side); on CPU the host clock."""
-    import torch
-
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-    marks = []
-
-    def mark():
-        if cuda:
-            marks.append(torch.cuda.Event(enable_timing=True))
-            marks[-1].record()
-        else:
-            marks.append(time.perf_counter())
-
-    mark()
-    for call in calls:
-        call()
-        mark()
-    if cuda:
-        marks[-1].synchronize()
-        return [a.elapsed_time(b) / 1000 for a, b in zip(marks, marks[1:])]
-    return [b - a for a, b in zip(marks, marks[1:])]
-
-
-def _time_steps(step, batches, warmup: int, steps: int, device) -> list[float]:
-    """Seconds per step for `steps` timed steps after `warmup` untimed ones; a batch is one
-    optimizer step's list of micro-batches."""
-    for micro in batches[:warmup]:
-        step(micro)
-    timed = batches[warmup:warmup + steps]
-    return _back_to_back_seconds([lambda m=micro: step(m) for micro in timed], device)
-
-
-def _matmul_tflops(device) -> float | None:
-    """Measured dense bf16 matmul rate on random data (8192^3, median of 20)."""
-    import torch
-
-    if device.type != "cuda":
-        return None
-    n = 8192
-    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
-    for _ in range(5):
-        a @ b
-    times = _back_to_back_seconds([lambda: a @ b] * 20, device)
-    return 2 * n**3 / statistics.median(times) / 1e12
-
-
-def _reference_step(model_cfg, device, no_sync: bool = False):
-    """The AWS sample's setup: FSDP1 size-based wrap (1e7), bf16 model, plain AdamW, HF loss;
-    `no_sync` accumulates all but the last micro-batch inside FSDP1's `no_sync()` (unsharded
-    gradients kept, one reduce-scatter per optimizer step: torch/distributed/fsdp/
-    fully_sharded_data_parallel.py `no_sync`)."""
-    import contextlib
-    import functools
-
-    import ray.train.torch
-    import torch
-    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
-    from transformers import AutoModelForCausalLM
-
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(model_cfg, attn_implementation="sdpa",
-                                                 dtype=torch.bfloat16)
-    model = ray.train.torch.prepare_model(model, parallel_strategy="fsdp", parallel_strategy_kwargs={
-        "auto_wrap_policy": functools.partial(size_based_auto_wrap_policy, min_num_params=int(1e7))})
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-
-    # At world size 1 prepare_model returns the model unwrapped (ray/train/torch/
-    # train_loop_utils.py: it wraps only `if parallel_strategy and world_size > 1`), so there is
-    # no no_sync() and nothing to communicate: both references then run the same step.
-    no_sync = no_sync and hasattr(model, "no_sync")
-
-    def step(micro):
-        for i, (inputs, labels) in enumerate(micro):  # without no_sync: reduce every micro-batch
-            quiet = no_sync and i < len(micro) - 1
-            with model.no_sync() if quiet else contextlib.nullcontext():
-                (model(input_ids=inputs, labels=inputs).loss / len(micro)).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step, (model, opt)
-
-
 def _profile(step, batches, device, rank: int, trace_path: Path) -> dict | None:
     """Profile on rank 0 only; the other ranks run the same steps to keep the collectives paired."""
     from bench.step_profile import profile_steps
@@ -186,164 +100,199 @@ def _profile(step, batches, device, rank: int, trace_path: Path) -> dict | None:
     return None
 
 
-def _with_documents(batches: list, documents: int, seq_len: int) -> list:
-    """The same tokens as packed rows of `documents` equal documents: per-document positions,
-    and no label across a boundary (as training/data/packing.py makes them)."""
+@dataclasses.dataclass(frozen=True)
+class BenchOptions:
+    """What the driver hands every worker (through Ray's `train_loop_config`)."""
+    model: str
+    seq_len: int
+    micro_batch_size: int
+    grad_accum: int
+    memory_budget_gib: float | None
+    steps: int
+    warmup: int
+    variants: tuple[str, ...]
+    profile_dir: str | None  # absolute: the workers' working directory is not the driver's
+
+
+@dataclasses.dataclass(frozen=True)
+class _Worker:
+    """One worker's place in the run and the settings every variant starts from."""
+    rank: int
+    world: int
+    device: Any  # torch.device (torch is imported on the workers only)
+    base: TrainConfig
+    model_cfg: Any  # the model's transformers PretrainedConfig
+
+
+def bench_func(config: dict) -> None:
+    """Per worker: matmul rate, then each variant in turn; rank 0 reports all rows."""
+    from bench.timing import matmul_tflops
+    from training.driver.ray_setup import worker_context
+    from training.model.model import model_config
+    from training.network import transport
+    from training.step.engine import memory_limit_bytes
+
+    opts: BenchOptions = config["options"]
+    rank, world, _, device = worker_context()
+    link = transport.check_transport(transport.capture_nccl_log(rank), device, "any", "warn")
+    base = TrainConfig(model=opts.model, seq_len=opts.seq_len,
+                       micro_batch_size=opts.micro_batch_size, grad_accum=opts.grad_accum,
+                       num_workers=world, memory_budget_gib=opts.memory_budget_gib)
+    memory_limit_bytes(base, device)  # applies the budget to every variant, the reference too
+    worker = _Worker(rank, world, device, base, model_config(base.model))
+    matmul = matmul_tflops(device)
+    batches = _random_batches(worker, opts.warmup + opts.steps)
+    rows = [_variant_row(name, worker, batches, opts) for name in opts.variants]
+    fpt, n_params = _flops_per_token(worker)
+    _add_mfu(rows, fpt, matmul, device)
+    _report(rank, {"env": _environment(worker, matmul, fpt, n_params, link.verdict),
+                   "rows": rows})
+
+
+def _random_batches(worker: _Worker, n_steps: int) -> list:
+    """`n_steps` optimizer steps of random tokens, each a list of `grad_accum` micro-batches."""
+    from training.data.random_tokens import random_batch
+
+    base = worker.base
+    return [[tuple(t.to(worker.device) for t in random_batch(
+        seed=0, rank=worker.rank, step=s, micro=m, batch=base.micro_batch_size,
+        seq_len=base.seq_len, vocab=worker.model_cfg.vocab_size, repeat=False))
+        for m in range(base.grad_accum)] for s in range(n_steps)]
+
+
+def _peak_gib(device) -> float | None:
     import torch
 
-    from training.model.loss import IGNORE_INDEX
-
-    length = seq_len // documents
-    positions = (torch.arange(seq_len) % length).expand(1, -1)
-    out = []
-    for micro in batches:
-        step = []
-        for inputs, labels in micro:
-            labels = labels.masked_fill((positions == length - 1).to(labels.device), IGNORE_INDEX)
-            step.append((inputs, labels, positions.to(inputs.device).expand_as(inputs)))
-        out.append(step)
-    return out
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
 
 
-def _ours_step(cfg: TrainConfig, model_cfg, device):
-    from training.step.engine import build_engine, lr_at, train_step
-
-    engine = build_engine(cfg, model_cfg, device)
-
-    def step(micro):
-        train_step(engine, micro, lr_at(10, cfg), cfg.grad_clip)
-    return step, engine
-
-
-def _compute_only_seconds(engine, micro, device) -> float:
-    """Seconds per micro-batch of forward + backward with no communication: gradients stay
-    unsharded and unreduced (no sync), and the weights, gathered once, stay gathered. The
-    step-time model's compute input. Leaves the engine unusable for training (call it last)."""
-    model = engine.model
-    model.set_requires_gradient_sync(False)
-    model.set_reshard_after_forward(False)
-    model.set_reshard_after_backward(False)
-
-    def fwd_bwd(batch):
-        model(*batch).backward()
-
-    fwd_bwd(micro[0])  # gathers every group once
-    times = _back_to_back_seconds([lambda b=b: fwd_bwd(b) for b in micro * 2], device)
-    return statistics.median(times)
-
-
-def _probe_reference(device) -> dict:
-    """The reference shards over all workers: probe the world group as one shard group."""
+def _variant_row(name: str, worker: _Worker, batches: list, opts: BenchOptions) -> dict:
+    """One variant's result row; an OOM or a broken lever is a row with its error, not a lost run.
+    Every rank ends the variant at a barrier, so the next one starts together."""
+    import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
 
+    from bench import steps
+
+    cfg = dataclasses.replace(worker.base, **VARIANTS.get(name, {}))
+    if worker.device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(worker.device)
+    row = {"variant": name}
+    docs = DOCUMENTS_PER_ROW.get(name)
+    row_batches = steps.with_documents(batches, docs, cfg.seq_len) if docs else batches
+    try:
+        _measure(name, cfg, worker, row_batches, opts, row)
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else \
+            type(e).__name__
+    row.setdefault("peak_mem_gib", _peak_gib(worker.device))
+    gc.collect()  # the variant's model and optimizer went with _measure's frame
+    dist.barrier()
+    return row
+
+
+def _measure(name: str, cfg: TrainConfig, worker: _Worker, batches: list, opts: BenchOptions,
+             row: dict) -> None:
+    """Build the variant, time its steps (and profile them with --profile-dir), then for ours
+    measure compute alone; fills `row` as it goes, so a failure keeps what was measured."""
+    from bench import steps
+    from bench.timing import time_steps
+
+    device = worker.device
+    step, keep = _build_variant(name, cfg, worker, row)
+    times = time_steps(step, batches, opts.warmup, opts.steps, device)
+    if opts.profile_dir:
+        row["profile"] = _profile(step, batches[:2], device, worker.rank,
+                                  Path(opts.profile_dir) / f"{name}.trace.json.gz")
+    step_s = statistics.median(times)
+    per_worker = cfg.tokens_per_step_per_worker
+    row.update(step_time_ms=step_s * 1000, tokens_per_s_per_gpu=per_worker / step_s,
+               tokens_per_step=per_worker * worker.world)
+    row["peak_mem_gib"] = _peak_gib(device)  # before the compute-only probe below
+    if name not in REFERENCES:
+        try:
+            row["compute_ms_per_micro_batch"] = 1000 * steps.compute_only_seconds(
+                keep, batches[0], device)
+        except Exception as e:  # e.g. the unsharded gradients exceed a memory budget
+            row["compute_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def _build_variant(name: str, cfg: TrainConfig, worker: _Worker, row: dict):
+    """The variant's step function and what it keeps alive; records its plan (ours) and the
+    bandwidth probe of the groups it communicates over."""
+    from bench import steps
     from training.network.bandwidth import probe
 
-    return probe(init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("shard",)),
-                 device)
+    device = worker.device
+    if name in REFERENCES:
+        if device.type != "cuda":
+            raise RuntimeError("skipped: FSDP1 prepare_model needs a GPU")
+        step, keep = steps.reference_step(worker.model_cfg, device,
+                                          no_sync=name == REFERENCE_NO_SYNC)
+        row["bandwidth"] = steps.probe_reference(device)
+    else:
+        step, keep = steps.ours_step(cfg, worker.model_cfg, device)
+        row.update(dataclasses.asdict(keep.plan))
+        row["bandwidth"] = probe(keep.mesh, device)
+    return step, keep
 
 
-def bench_func(opts: dict) -> None:
-    """Per worker: matmul rate, then each variant in turn; rank 0 reports all rows."""
-    import ray.train
+def _flops_per_token(worker: _Worker) -> tuple[float, int]:
+    """The job's FLOPs accounting, 6N (tied head counted once) + attention, and N."""
     import torch
-    import torch.distributed as dist
 
-    from training.network import transport
-    from training.data.random_tokens import random_batch
-    from training.step.engine import memory_limit_bytes
-    from training.driver.ray_setup import worker_context
-    from training.step.metrics import flops_per_token, peak_flops
-    from training.model.model import count_params, model_config
+    from training.model.model import build_model, count_params
+    from training.step.metrics import flops_per_token
 
-    rank, world, _, device = worker_context()
-    log_path = transport.capture_nccl_log(rank)
-    link = transport.check_transport(log_path, device, "any", "warn")
-    base = TrainConfig(model=opts["model"], seq_len=opts["seq_len"],
-                       micro_batch_size=opts["micro_batch_size"], grad_accum=opts["grad_accum"],
-                       num_workers=world, memory_budget_gib=opts["memory_budget_gib"])
-    memory_limit_bytes(base, device)  # applies the budget to every variant, the reference too
-    model_cfg = model_config(base.model)
-    matmul = _matmul_tflops(device)
-    n_steps = opts["warmup"] + opts["steps"]
-    batches = [[tuple(t.to(device) for t in random_batch(
-        seed=0, rank=rank, step=s, micro=m, batch=base.micro_batch_size, seq_len=base.seq_len,
-        vocab=model_cfg.vocab_size, repeat=False)) for m in range(base.grad_accum)]
-        for s in range(n_steps)]
-    rows = []
-    for name in opts["variants"]:
-        cfg = dataclasses.replace(base, **VARIANTS.get(name, {}))
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(device)
-        row = {"variant": name}
-        docs = DOCUMENTS_PER_ROW.get(name)
-        row_batches = _with_documents(batches, docs, base.seq_len) if docs else batches
-        try:
-            if name in REFERENCES:
-                if device.type != "cuda":
-                    raise RuntimeError("skipped: FSDP1 prepare_model needs a GPU")
-                step, keep = _reference_step(model_cfg, device, no_sync=name == REFERENCE_NO_SYNC)
-                row["bandwidth"] = _probe_reference(device)
-            else:
-                from training.network.bandwidth import probe
-
-                step, keep = _ours_step(cfg, model_cfg, device)
-                row.update(dataclasses.asdict(keep.plan))
-                row["bandwidth"] = probe(keep.mesh, device)
-            times = _time_steps(step, row_batches, opts["warmup"], opts["steps"], device)
-            if opts["profile_dir"]:
-                row["profile"] = _profile(step, row_batches[:2], device, rank,
-                                          Path(opts["profile_dir"]) / f"{name}.trace.json.gz")
-            step_s = statistics.median(times)
-            tps = cfg.tokens_per_step_per_worker / step_s
-            row.update(step_time_ms=step_s * 1000, tokens_per_s_per_gpu=tps,
-                       tokens_per_step=cfg.tokens_per_step_per_worker * world)
-            row["peak_mem_gib"] = (torch.cuda.max_memory_allocated(device) / 2**30
-                                   if device.type == "cuda" else None)  # before the probe below
-            if name not in REFERENCES:
-                try:
-                    row["compute_ms_per_micro_batch"] = 1000 * _compute_only_seconds(
-                        keep, row_batches[0], device)
-                except Exception as e:  # e.g. the unsharded gradients exceed a memory budget
-                    row["compute_error"] = f"{type(e).__name__}: {str(e)[:200]}"
-            del step, keep
-        except Exception as e:  # an OOM or a broken lever is a result row, not a lost run
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else \
-                type(e).__name__
-        row.setdefault("peak_mem_gib", torch.cuda.max_memory_allocated(device) / 2**30
-                       if device.type == "cuda" else None)
-        rows.append(row)
-        gc.collect()
-        dist.barrier()
-    # Same FLOPs accounting as the job: 6N (tied head counted once) + attention.
-    from training.model.model import build_model
+    cfg = worker.model_cfg
     with torch.device("meta"):
-        n_params = count_params(build_model(base.model, model_cfg, seed=0))
-    fpt = flops_per_token(n_params, model_cfg.num_hidden_layers, model_cfg.hidden_size, base.seq_len)
+        n_params = count_params(build_model(worker.base.model, cfg, seed=0))
+    return flops_per_token(n_params, cfg.num_hidden_layers, cfg.hidden_size,
+                           worker.base.seq_len), n_params
+
+
+def _add_mfu(rows: list[dict], fpt: float, matmul: float | None, device) -> None:
+    """MFU of each timed row against the datasheet peak (`mfu`) and the measured matmul rate."""
+    import torch
+
+    from training.step.metrics import peak_flops
+
     peak = peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None)
     for row in rows:
         if "tokens_per_s_per_gpu" in row:
             row["mfu"] = row["tokens_per_s_per_gpu"] * fpt / peak if peak else None
             row["mfu_measured_matmul"] = (row["tokens_per_s_per_gpu"] * fpt / (matmul * 1e12)
                                           if matmul else None)
-    env = {
-        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+
+
+def _environment(worker: _Worker, matmul: float | None, fpt: float, n_params: int,
+                 transport_verdict: str) -> dict:
+    import torch
+
+    cuda = worker.device.type == "cuda"
+    return {
+        "gpu": torch.cuda.get_device_name(worker.device) if cuda else platform.processor()
         or "cpu",
-        "world_size": world, "torch": torch.__version__,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
+        "world_size": worker.world, "torch": torch.__version__,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
         "matmul_tflops": matmul, "flops_per_token": fpt, "num_params": n_params,
-        "nccl_transport": link.verdict,
+        "nccl_transport": transport_verdict,
         "nccl_env": {k: v for k, v in os.environ.items() if k in ("NCCL_P2P_DISABLE",
                                                                   "NCCL_SHM_DISABLE", "NCCL_NET")},
     }
-    # Ray Train keeps the metrics of checkpointed reports: rank 0 ships the result as one.
+
+
+def _report(rank: int, result: dict) -> None:
+    """Ray Train keeps the metrics of checkpointed reports: rank 0 ships the result as one."""
     import tempfile
+
+    import ray.train
 
     with tempfile.TemporaryDirectory() as d:
         checkpoint = None
         if rank == 0:
-            Path(d, "bench.json").write_text(json.dumps({"env": env, "rows": rows}))
+            Path(d, "bench.json").write_text(json.dumps(result))
             checkpoint = ray.train.Checkpoint.from_directory(d)
         ray.train.report({}, checkpoint=checkpoint)
 
@@ -362,13 +311,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     try:
         gpus = int(ray.cluster_resources().get("GPU", 0))
         workers = args.num_workers or gpus or 2
-        opts = {"model": args.model, "seq_len": args.seq_len,
-                "micro_batch_size": args.micro_batch_size, "grad_accum": args.grad_accum,
-                "steps": args.steps,
-                "warmup": args.warmup, "variants": args.variants.split(","),
-                "memory_budget_gib": args.memory_budget_gib,
-                "profile_dir": str(args.profile_dir.resolve()) if args.profile_dir else None}
-        trainer = TorchTrainer(bench_func, train_loop_config=opts,
+        opts = BenchOptions(
+            model=args.model, seq_len=args.seq_len, micro_batch_size=args.micro_batch_size,
+            grad_accum=args.grad_accum, memory_budget_gib=args.memory_budget_gib,
+            steps=args.steps, warmup=args.warmup, variants=tuple(args.variants.split(",")),
+            profile_dir=str(args.profile_dir.resolve()) if args.profile_dir else None)
+        trainer = TorchTrainer(bench_func, train_loop_config={"options": opts},
                                scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus > 0),
                                run_config=RunConfig(name="bench", storage_path=str(args.work_dir),
                                                     logging_config=LoggingConfig("WARNING")))
@@ -377,6 +325,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     finally:
         if started_here:
             ray.shutdown()
+    return _with_provenance(result, args, argv)
+
+
+def _with_provenance(result: dict, args: argparse.Namespace, argv: list[str]) -> dict:
+    """The rows against the reference, and the settings, date and command of the run."""
     ref = next((r for r in result["rows"] if r["variant"] == REFERENCE and "error" not in r), None)
     for row in result["rows"]:
         if ref and "tokens_per_s_per_gpu" in row:
@@ -388,57 +341,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     result["env"]["command"] = "python -m bench " + shlex.join(argv)
     result["kind"] = "throughput"
     return result
-
-
-def fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def table(result: dict) -> str:
-    env, s = result["env"], result["settings"]
-    lines = [f"{env['gpu']} x{env['world_size']}, torch {env['torch']}, NCCL {env['nccl']}, "
-             f"matmul {fmt(env['matmul_tflops'], '.0f')} TFLOP/s, seq {s['seq_len']}, "
-             f"micro-batch {s['micro_batch_size']} x {s.get('grad_accum', 1)} accumulated, "
-             f"NCCL transport {env['nccl_transport']}",
-             f"{'variant':<28} {'tok/s/GPU':>10} {'MFU':>6} {'MFU mm':>6} {'step ms':>8} "
-             f"{'peak GiB':>9} {'vs ref':>7}   (MFU: datasheet peak; MFU mm: measured matmul)"]
-    for r in result["rows"]:
-        if "error" in r:
-            lines.append(f"{r['variant']:<28} {r['error']}")
-            continue
-        lines.append(f"{r['variant']:<28} {r['tokens_per_s_per_gpu']:>10,.0f} "
-                     f"{fmt(r.get('mfu'), '.3f'):>6} {fmt(r.get('mfu_measured_matmul'), '.3f'):>6} "
-                     f"{r['step_time_ms']:>8.1f} "
-                     f"{fmt(r['peak_mem_gib'], '.1f'):>9} {fmt(r.get('vs_reference'), '.2f'):>7}")
-        bw = r.get("bandwidth") or {}
-        if bw or "compute_ms_per_micro_batch" in r:
-            lines.append(f"    compute {fmt(r.get('compute_ms_per_micro_batch'), '.1f')} ms per "
-                         f"micro-batch without communication; bus GB/s: all-gather "
-                         f"{fmt(bw.get('allgather_busbw_gbps'), '.2f')}, all-reduce "
-                         f"{fmt(bw.get('allreduce_busbw_gbps'), '.2f')}")
-        if r.get("profile") and r["profile"]["ms_per_step"]:
-            lines.append("    device ms/step: " + ", ".join(
-                f"{k} {v:g}" for k, v in r["profile"]["ms_per_step"].items()))
-    return "\n".join(lines)
-
-
-def variant_cell(row: dict) -> str:
-    """The variant with what its settings resolved to, e.g. `ours (compiled, ZeRO-2)`: `ours` means
-    the job's defaults, which change over time (rows before 2026-11-30 carry no plan; rows before
-    issue 14 carry no mesh, reduce dtype or accumulation)."""
-    if "compile" not in row:
-        return row["variant"]
-    plan = ["compiled" if row["compile"] else "eager",
-            "ZeRO-3" if row["reshard_after_forward"] else "ZeRO-2"]
-    if row["activation_checkpointing"]:
-        plan.append("AC")
-    if "mesh" in row:
-        plan += [f"mesh {row['mesh']}", f"{row['reduce_dtype']} reduce"]
-    if row.get("grad_accum", 1) > 1:
-        plan.append(f"x{row['grad_accum']} accumulation")
-        if row.get("accum_dtype", row["reduce_dtype"]) != row["reduce_dtype"]:
-            plan.append(f"{row['accum_dtype']} accumulation")
-    return f"{row['variant']} ({', '.join(plan)})"
 
 
 def main(argv: list[str] | None = None) -> int:

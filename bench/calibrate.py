@@ -14,7 +14,6 @@ current constants and the constants a least-squares fit would give (training/ste
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import sys

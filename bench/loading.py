@@ -1,7 +1,7 @@
 """`python -m bench.loading`: load time and peak host memory of pretrained weights, both ways.
 
   every-rank:       each rank runs `from_pretrained` (fp32) and `fully_shard` keeps its shard
-                    (the job before issue 20: a full host copy per GPU);
+                    (the job's former way: a full host copy per GPU);
   rank0-broadcast:  the job's way (training/model/loading.py): rank 0 reads, the others build on the
                     meta device, `set_model_state_dict(broadcast_from_rank0=True)` shards.
 

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.benchmark import fmt, variant_cell
+from bench.report import fmt, variant_cell
 
 RUNS = Path(__file__).resolve().parent / "runs"
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
