@@ -41,7 +41,7 @@ GIB = 2**30
 # activation factors, by (compiled, activation checkpointing), are fit by `python -m
 # bench.calibrate --fit` to the H200 rows of 2026-12-01 (bench/runs/2026-12-01/
 # i22-calibration.json: -4.0% .. +3.4% with these values; one row each with checkpointing);
-# tests/training/test_calibration.py holds every recorded row to the tolerance.
+# tests/training/step/test_calibration.py holds every recorded row to the tolerance.
 STATIC_FACTOR = 1.05
 ACTIVATION_FACTOR = {(False, False): 0.885, (True, False): 0.589,  # (compiled, checkpointing)
                      (False, True): 3.099, (True, True): 1.511}

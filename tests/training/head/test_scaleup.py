@@ -181,7 +181,7 @@ def test_no_api_here_means_no_watch(capsys):
 
 
 def test_the_jobs_own_wait_for_workers_says_why_they_are_missing(tmp_path, monkeypatch, capsys):
-    from tests.training.test_job_start import EIGHT_GPUS, arriving
+    from tests.training.driver.test_job_start import EIGHT_GPUS, arriving
     from training.driver import cli
     from training.head import kube_api
 

@@ -1,5 +1,5 @@
 """MLflow tracking without a Ray run: off means not imported; a hanging server never blocks the
-loop. (The job against a real tracking server, and one that is down: tests/training/test_job.py.)"""
+loop. (The job against a real tracking server, and one that is down: tests/training/driver/test_job.py.)"""
 
 from __future__ import annotations
 
