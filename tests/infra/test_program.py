@@ -9,7 +9,8 @@ import pytest
 from infra.policies import NODE_POLICY_ARNS
 from infra.zones import NetworkError
 from infra.zones import EKS_UNSUPPORTED_ZONE_IDS
-from tests.infra.mocks import ZONE_DATA, ZONES, RecordingMocks, run_program
+from tests.infra.harness import run_program
+from tests.infra.mocks import ZONE_DATA, ZONES, RecordingMocks
 from tests.stack.stacks import PROJECT, STACK_FILES, stack_name
 
 DEV = next(p for p in STACK_FILES if stack_name(p) == "dev")
