@@ -226,13 +226,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return {"clusterName": args.args["clusterName"], "id": args.args["clusterName"],
                     "names": sorted(self.existing_node_groups)}
         if args.token == "aws:eks/getNodeGroup:getNodeGroup":
-            cluster, group = args.args["clusterName"], args.args["nodeGroupName"]
-            found = {"clusterName": cluster, "id": f"{cluster}:{group}", "nodeGroupName": group}
-            if (cluster, group) in self.scaling:
-                return {**found, "scalingConfigs": [self.scaling[cluster, group]]}
-            if cluster == "shared-gpu" and group in self.existing_node_groups:
-                return {**found, **self.existing_node_groups[group]}
-            return _not_found(f"reading EKS Node Group ({cluster}:{group})")
+            return self._node_group(args.args["clusterName"], args.args["nodeGroupName"])
         if args.token == "aws:eks/getAddon:getAddon":
             if args.args["addonName"] not in self.existing_addons:
                 # A failed invoke, with the text the aws provider gives DescribeAddon's
@@ -256,6 +250,16 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return {"clusterName": cluster, "principalArn": arn, "id": f"{cluster}:{arn}",
                     "tags": self.clusters[cluster][arn], "type": "STANDARD"}
         return {}
+
+    def _node_group(self, cluster: str, group: str):
+        """DescribeNodegroup: a group this program created (its scaling as last set), a group of
+        the existing cluster `shared-gpu`, or ResourceNotFoundException."""
+        found = {"clusterName": cluster, "id": f"{cluster}:{group}", "nodeGroupName": group}
+        if (cluster, group) in self.scaling:
+            return {**found, "scalingConfigs": [self.scaling[cluster, group]]}
+        if cluster == "shared-gpu" and group in self.existing_node_groups:
+            return {**found, **self.existing_node_groups[group]}
+        return _not_found(f"reading EKS Node Group ({cluster}:{group})")
 
     def _service_quota(self, args: dict) -> dict:
         """GetAWSDefaultServiceQuota then GetServiceQuota, as the aws provider's data source

@@ -4,13 +4,11 @@ and a node group, and counts in the quota check, the cost outputs and the nodeGr
 from __future__ import annotations
 
 import dataclasses
-from datetime import date
 from unittest import mock
 
 import pytest
 
 from infra import node_groups as specs
-from infra.cost import hourly_cost
 from infra.quota import quota_needs
 from stack.catalog import INSTANCES, PRICES_USD_PER_HOUR
 from stack.config import parse
@@ -60,15 +58,3 @@ def test_a_new_group_counts_in_the_quota_check():
     # 1 x 4 vCPUs of m7i.xlarge and 2 x 8 of m7i.2xlarge; 2 surge nodes per zone of each.
     assert (standard.nodes, standard.surge) == (4 + 16, 2 * 2 * 4 + 2 * 2 * 8)
     assert standard.what == "systemNodeCount 1 x m7i.xlarge and dataNodeCount 2 x m7i.2xlarge"
-
-
-def test_fixed_groups_are_idle_cost_and_autoscaled_ones_cost_during_a_run():
-    cfg = parse({"systemNodeCount": "2", "gpuNodeCount": "3"}, "us-west-2")
-    breakdown = hourly_cost(cfg, date(2026, 11, 30))["breakdown"]
-    assert breakdown["systemNodes"] == pytest.approx(2 * PRICE["m7i.xlarge"])
-    assert breakdown["gpuNodesDuringRun"] == pytest.approx(3 * PRICE["g6.12xlarge"])
-    # On an existing cluster the system nodes are not this stack's; a run's GPU nodes are.
-    shared = hourly_cost(dataclasses.replace(cfg, existing_cluster_name="shared"),
-                         date(2026, 11, 30))["breakdown"]
-    assert shared["systemNodes"] == 0 and shared["gpuNodesDuringRun"] == breakdown[
-        "gpuNodesDuringRun"]
