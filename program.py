@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Mapping
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -19,6 +21,7 @@ from infra.quota import check_quotas
 from infra.storage import CheckpointStorage
 from stack import pulumi_config
 from stack.catalog import CHARTS, KUBERNETES_RELEASES
+from stack.config import StackConfig
 from stack.kube import SERVICE_ACCOUNT
 from workloads import helm_values
 from workloads.addons import Addons
@@ -27,6 +30,22 @@ from workloads.crds import kuberay_crds
 from workloads.ray import RayWorkloads
 
 REPO = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Target:
+    """The cluster the add-ons and Ray workloads go onto: this stack's own, or an existing one
+    (which has no zone, node groups, autoscaler or image cache of this stack's)."""
+
+    cluster_name: pulumi.Input[str]
+    kubeconfig: pulumi.Output[str]  # for the Kubernetes provider
+    user_kubeconfig: pulumi.Output[str]  # exported, for people
+    addon_deps: list[pulumi.Resource] = field(default_factory=list)
+    gpu_zone: pulumi.Output[str] | None = None
+    node_groups: Mapping[str, str] = field(default_factory=dict)  # spec key -> EKS name
+    autoscaler_values: dict | None = None
+    image_cache: pulumi.Output[str] | None = None
+    crd_provider: k8s.Provider | None = None  # adopts KubeRay CRDs that are already there
 
 
 def run() -> None:
@@ -39,52 +58,64 @@ def run() -> None:
     crds = None if cfg.existing_kuberay else kuberay_crds(CHARTS["kuberay-operator"].version)
     profile = pulumi.Config("aws").get("profile")  # the Kubernetes provider authenticates with it
 
-    crd_provider = None
-    if cfg.existing_cluster_name:
-        cluster_name, kubeconfig, user_kubeconfig = existing.lookup(cfg, profile)
-        addon_deps: list[pulumi.Resource] = []
-        gpu_zone, node_group_names, autoscaler_values = None, {}, None
-        image_cache = None
-        if crds is not None:
-            # KubeRay's CRDs may be there already (Helm never deletes crds/; kubectl apply):
-            # pulumi-kubernetes >= 4.29 creates with a plain POST and fails on AlreadyExists
-            # unless told to upsert (CHANGELOG 4.29.0), and its upsert is a server-side apply
-            # that forces field conflicts with their other managers only with patch force
-            # (provider/pkg/await/await.go Creation, patchForce). Only the CRDs: anything else
-            # of that name on a shared cluster is not ours to take over.
-            crd_provider = k8s.Provider("k8s-crds", kubeconfig=kubeconfig,
-                                        enable_server_side_apply=True,
-                                        upsert_existing_objects=True, enable_patch_force=True)
-    else:
-        check_quotas(cfg)  # before any resource: a run that cannot launch its nodes bills anyway
-        network = Network("net", cfg, lookup_zones(cfg))
-        cluster = Cluster("eks", cfg, network, profile)
-        cluster_name, kubeconfig = cluster.cluster_name, cluster.kubeconfig
-        user_kubeconfig = cluster.user_kubeconfig
-        autoscaler = AutoscalerIdentity("autoscaler", cfg, cluster_name)
-        addon_deps = [cluster.system_nodes, cluster.gpu_nodes, autoscaler.association]
-        gpu_zone = network.gpu_zone
-        node_group_names = {"system": cluster.system_group, "gpu": cluster.gpu_group}
-        autoscaler_values = helm_values.cluster_autoscaler(
-            cluster_name, cfg.region, KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler)
-        image_cache = (ImageCache("images", cfg, [cluster.system_role, cluster.gpu_role]).repository
-                       if cfg.caches_images else None)
-
-    provider = k8s.Provider("k8s", kubeconfig=kubeconfig, enable_server_side_apply=True)
-    storage = CheckpointStorage("ckpt", cfg, cluster_name, cfg.namespace, SERVICE_ACCOUNT)
-    addons = Addons("addons", provider, depends_on=addon_deps,
+    target = (existing_cluster(cfg, profile, adopt_crds=crds is not None)
+              if cfg.existing_cluster_name else own_cluster(cfg, profile))
+    provider = k8s.Provider("k8s", kubeconfig=target.kubeconfig, enable_server_side_apply=True)
+    storage = CheckpointStorage("ckpt", cfg, target.cluster_name, cfg.namespace, SERVICE_ACCOUNT)
+    addons = Addons("addons", provider, depends_on=target.addon_deps,
                     system_node_selector=dict(cfg.system_node_selector), region=cfg.region,
-                    kuberay_crds=crds, autoscaler_values=autoscaler_values,
-                    crd_provider=crd_provider)
+                    kuberay_crds=crds, autoscaler_values=target.autoscaler_values,
+                    crd_provider=target.crd_provider)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
-                       storage.association, image_cache=image_cache)
+                       storage.association, image_cache=target.image_cache)
+    export(cfg, target, storage, ray)
 
+
+def existing_cluster(cfg: StackConfig, profile: str | None, adopt_crds: bool) -> Target:
+    """An existing cluster, checked before any resource (infra/existing.py)."""
+    cluster_name, kubeconfig, user_kubeconfig = existing.lookup(cfg, profile)
+    crd_provider = None
+    if adopt_crds:
+        # KubeRay's CRDs may be there already (Helm never deletes crds/; kubectl apply):
+        # pulumi-kubernetes >= 4.29 creates with a plain POST and fails on AlreadyExists
+        # unless told to upsert (CHANGELOG 4.29.0), and its upsert is a server-side apply
+        # that forces field conflicts with their other managers only with patch force
+        # (provider/pkg/await/await.go Creation, patchForce). Only the CRDs: anything else
+        # of that name on a shared cluster is not ours to take over.
+        crd_provider = k8s.Provider("k8s-crds", kubeconfig=kubeconfig,
+                                    enable_server_side_apply=True,
+                                    upsert_existing_objects=True, enable_patch_force=True)
+    return Target(cluster_name, kubeconfig, user_kubeconfig, crd_provider=crd_provider)
+
+
+def own_cluster(cfg: StackConfig, profile: str | None) -> Target:
+    """This stack's network, cluster and node groups, the autoscaler's identity and the image
+    cache; the add-ons wait for every node group and for the autoscaler's credentials."""
+    check_quotas(cfg)  # before any resource: a run that cannot launch its nodes bills anyway
+    network = Network("net", cfg, lookup_zones(cfg))
+    cluster = Cluster("eks", cfg, network, profile)
+    autoscaler = AutoscalerIdentity("autoscaler", cfg, cluster.cluster_name)
+    image_cache = (ImageCache("images", cfg, list(cluster.node_roles.values())).repository
+                   if cfg.caches_images else None)
+    return Target(
+        cluster.cluster_name, cluster.kubeconfig, cluster.user_kubeconfig,
+        addon_deps=[*cluster.node_groups.values(), autoscaler.association],
+        gpu_zone=network.gpu_zone, node_groups=cluster.node_group_names,
+        autoscaler_values=helm_values.cluster_autoscaler(
+            cluster.cluster_name, cfg.region,
+            KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler),
+        image_cache=image_cache)
+
+
+def export(cfg: StackConfig, target: Target, storage: CheckpointStorage,
+           ray: RayWorkloads) -> None:
+    """The stack outputs."""
     cost = hourly_cost(cfg, date.today())
-    pulumi.export("clusterName", cluster_name)
-    pulumi.export("kubeconfig", user_kubeconfig)
+    pulumi.export("clusterName", target.cluster_name)
+    pulumi.export("kubeconfig", target.user_kubeconfig)
     pulumi.export("region", cfg.region)
-    pulumi.export("gpuAvailabilityZone", gpu_zone)
-    pulumi.export("nodeGroups", node_group_names)
+    pulumi.export("gpuAvailabilityZone", target.gpu_zone)
+    pulumi.export("nodeGroups", dict(target.node_groups))
     pulumi.export("idleCostUsdPerHour", cost["idleUsdPerHour"])  # no job: no GPU node
     pulumi.export("runCostUsdPerHour", cost["runUsdPerHour"])  # while a run holds its GPU nodes
     pulumi.export("hourlyCostBreakdown", cost["breakdown"])

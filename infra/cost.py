@@ -1,11 +1,12 @@
 """Hourly cost of the stack from the one price table (stack/catalog.py): idle, and while a run
-holds its GPU nodes (they exist only then: the autoscaler adds them for a run's pods)."""
+holds its GPU nodes (they exist only then: the autoscaler adds them for a run's pods). Each node
+group is priced from its spec (infra/node_groups.py)."""
 
 from __future__ import annotations
 
 from datetime import date
 
-from infra.root_volumes import SYSTEM_ROOT, gpu_root
+from infra.node_groups import NodeGroupSpec, node_groups
 from stack.catalog import KUBERNETES_RELEASES, region_prices
 from stack.config import StackConfig
 
@@ -16,33 +17,38 @@ def control_plane_price(price: dict[str, float], kubernetes_version: str, today:
     return price["eks-control-plane-extended" if ended else "eks-control-plane"]
 
 
+def group_cost(group: NodeGroupSpec, nodes: int, price: dict[str, float]) -> dict[str, float]:
+    """A group's nodes and their root volumes (storage, and throughput and IOPS above gp3's free
+    baseline, sized for image pulls), keyed `<key>Nodes` etc.; an autoscaled group's carry
+    `DuringRun`: its nodes exist only while a run holds them (root volumes go with them: delete
+    on termination)."""
+    suffix = "DuringRun" if group.autoscaled else ""
+    return {
+        f"{group.key}Nodes{suffix}": round(nodes * price[group.instance_type], 4),
+        f"{group.key}RootVolumes{suffix}": round(nodes * group.root.storage_usd_per_hour(price), 4),
+        f"{group.key}RootVolumePerformance{suffix}": round(
+            nodes * group.root.performance_usd_per_hour(price), 4),
+    }
+
+
 def hourly_cost(cfg: StackConfig, today: date) -> dict:
-    """USD per hour with no job (control plane, NAT gateway and its public IPv4 address, system
-    nodes and their root volumes) and while a run of `gpuNodeCount` GPU nodes is going (their
-    root volumes go with them: delete on termination), with the breakdown. An existing
-    cluster's own costs are not this stack's. `isEstimate`: the Region has no prices of its
-    own in the table."""
+    """USD per hour with no job (control plane, NAT gateway and its public IPv4 address, the
+    fixed node groups) and while a run of `gpuNodeCount` GPU nodes is going (the autoscaled
+    groups), with the breakdown. An existing cluster's own costs are not this stack's; the
+    nodes its autoscaler adds for this stack's run are. `isEstimate`: the Region has no prices of
+    its own in the table."""
     price, estimate, source = region_prices(cfg.region)
     own = 1 if cfg.existing_cluster_name is None else 0
-    system = own * cfg.system_node_count
-    idle = {
-        "systemNodes": round(system * price[cfg.system_instance_type], 4),
-        "systemRootVolumes": round(system * SYSTEM_ROOT.storage_usd_per_hour(price), 4),
-        # Root volume throughput and IOPS above gp3's free baseline, sized for image pulls.
-        "systemRootVolumePerformance": round(
-            system * SYSTEM_ROOT.performance_usd_per_hour(price), 4),
+    idle, run = {}, {}
+    for group in node_groups(cfg):
+        nodes = group.nodes if group.autoscaled or own else 0
+        (run if group.autoscaled else idle).update(group_cost(group, nodes, price))
+    idle.update({
         "eksControlPlane": (control_plane_price(price, cfg.kubernetes_version, today)
                             if own else 0.0),
         "natGateway": own * price["nat-gateway"],
         "natPublicIpv4": own * price["public-ipv4"],
-    }
-    gpu = gpu_root(cfg.root_volume_gib)
-    run = {
-        "gpuNodesDuringRun": round(cfg.gpu_node_count * price[cfg.gpu_instance_type], 4),
-        "gpuRootVolumesDuringRun": round(cfg.gpu_node_count * gpu.storage_usd_per_hour(price), 4),
-        "gpuRootVolumePerformanceDuringRun": round(
-            cfg.gpu_node_count * gpu.performance_usd_per_hour(price), 4),
-    }
+    })
     return {"idleUsdPerHour": round(sum(idle.values()), 4),
             "runUsdPerHour": round(sum(idle.values()) + sum(run.values()), 4),
             "breakdown": {**idle, **run}, "isEstimate": estimate, "source": source}

@@ -26,7 +26,8 @@ def lookup_zones(cfg: StackConfig) -> list[str]:
 
 
 class Network(pulumi.ComponentResource):
-    """Private subnets hold the nodes; the GPU node group uses only `gpu_subnet_id` (one zone).
+    """Private subnets hold the nodes, the GPU zone's first: a one-zone node group (the GPU
+    group) uses only that one (infra/node_groups.py NodeGroupSpec.zones).
     `chosen`: this run's zone choice (lookup_zones); the subnets go where the first deployment
     put them (keep_zones), which a pulumi.Stash holds in the stack's state. A Stash rather than
     a config value the first run would have to write (a program cannot): the engine's builtin
@@ -54,7 +55,6 @@ class Network(pulumi.ComponentResource):
                                              tags, {"kubernetes.io/role/internal-elb": "1"})
                                 for i in range(ZONE_COUNT)]
         self._create_routes(name, cfg.region, tags)
-        self.gpu_subnet_id = self.private_subnets[0].id
         self.register_outputs({"vpc_id": self.vpc.id, "gpu_zone": self.gpu_zone})
 
     def _subnet(self, name: str, kind: str, i: int, zone: pulumi.Output[str], cidr: str,

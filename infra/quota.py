@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from infra.node_groups import node_groups
 from stack import catalog
 from stack.config import StackConfig
 from training.errors import InputError
 
 SERVICE_CODE = "ec2"
-GPU_GROUP_ZONES, SYSTEM_GROUP_ZONES = 1, 2
 SURGE_NODES_PER_ZONE = 2  # managed-node-update-behavior: "up to twice the number of AZs"
 
 
@@ -49,26 +49,23 @@ class QuotaNeed:
 
 
 def quota_needs(cfg: StackConfig) -> list[QuotaNeed]:
-    """Per quota, the vCPUs of this stack's own node groups (none on an existing cluster). GPU
-    nodes count only when a run is deployed and they launch on demand, not into a reservation."""
+    """Per quota, the vCPUs of this stack's own node groups (none on an existing cluster) whose
+    nodes launch on demand (infra/node_groups.py: the GPU nodes only when a run is deployed and
+    they launch on demand, not into a reservation)."""
     if cfg.existing_cluster_name:
         return []
-    groups = [(cfg.system_instance_type, cfg.system_node_count, SYSTEM_GROUP_ZONES,
-               f"systemNodeCount {cfg.system_node_count} x {cfg.system_instance_type}")]
-    if cfg.run_job and cfg.gpu_node_count and not cfg.reserved:
-        groups.append((cfg.gpu_instance_type, cfg.gpu_node_count, GPU_GROUP_ZONES,
-                       f"gpuNodeCount {cfg.gpu_node_count} x {cfg.gpu_instance_type}"))
     needs: dict[str, QuotaNeed] = {}
-    for instance_type, count, zones, what in groups:
-        quota = catalog.on_demand_quota(instance_type)
-        if quota is None:
+    for group in node_groups(cfg):
+        quota = catalog.on_demand_quota(group.instance_type)
+        if not group.on_demand_quota or quota is None:
             continue
-        vcpus = catalog.INSTANCES[instance_type].vcpus
-        surge = SURGE_NODES_PER_ZONE * zones * vcpus  # the documented upper bound
+        vcpus = group.facts.vcpus
+        surge = SURGE_NODES_PER_ZONE * group.zones * vcpus  # the documented upper bound
+        what = f"{group.count_key} {group.nodes} x {group.instance_type}"
         old = needs.get(quota.code)
         needs[quota.code] = QuotaNeed(
-            quota, count * vcpus + (old.nodes if old else 0), surge + (old.surge if old else 0),
-            f"{old.what} and {what}" if old else what)
+            quota, group.nodes * vcpus + (old.nodes if old else 0),
+            surge + (old.surge if old else 0), f"{old.what} and {what}" if old else what)
     return list(needs.values())
 
 

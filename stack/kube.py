@@ -15,6 +15,8 @@ AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 SYSTEM_LABELS = {"role": "system"}
 GPU_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
               "vpc.amazonaws.com/efa.present": "true"}
+# What the Ray workers select on this stack's own GPU nodes (gpuNodeSelector's default).
+GPU_SELECTOR = {"role": GPU_LABELS["role"]}
 # cluster-autoscaler treats a node with this label as a GPU node and waits for its GPUs to appear
 # instead of scaling up again while the device plugin starts (cloudprovider/aws GPULabel). The value
 # is the GPU's name from the instance table (`InstanceFacts.accelerator`), e.g. "nvidia-l4".

@@ -1,28 +1,21 @@
-"""Run the Pulumi program under mocks and record every resource and invoke it asks for.
+"""The mocks that answer the Pulumi program as the engine and AWS would, recording every resource
+and invoke it asks for (tests/infra/harness.py runs the program under them).
 
-The mocks answer as the engine and AWS would, across runs: a run may start from the state a
+They answer across runs: a run may start from the state a
 previous run left (`RecordingMocks(..., prior=previous)`): stack outputs, `pulumi.Stash` values,
 the clusters, access entries and node groups that exist. `preview=True` runs it as
 `pulumi preview` does: nothing is created, computed outputs stay unknown."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
-from unittest import mock
 
 import grpc
 import pulumi
-from google.protobuf import json_format
-from pulumi.runtime.proto import resource_pb2
 
 from infra.access import principal_key
-from stack import catalog
-from tests.infra import plain_inputs, release_server
-from tests.stack.stacks import PROJECT, raw_config, stack_name
+from tests.stack.stacks import PROJECT
 
 # What DescribeAvailabilityZones returns for an account, sorted by name as AWS sorts it: an
 # opted-in Local Zone sorts before the regular zones, and zone names map to account-specific zone
@@ -76,55 +69,6 @@ class Recorded:
     type: str
     name: str
     inputs: dict
-
-
-class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
-    """Also records each resource's declared dependencies (by name), for ordering checks. Like
-    the engine it supports output values, so a remote component's inputs arrive with their
-    Outputs as output values, and an Output in a plain input is refused (plain_inputs.py)."""
-
-    def __init__(self, mocks: "RecordingMocks"):
-        super().__init__(mocks)
-        self.recorder = mocks
-
-    def SupportsFeature(self, request):
-        return type("SupportsFeatureResponse", (object,), {"hasSupport": True})
-
-    def GetDeploymentInfo(self, request):
-        info = super().GetDeploymentInfo(request)
-        info.supportedFeatures.extend([resource_pb2.RESOURCE_MONITOR_FEATURE_OUTPUT_VALUES,
-                                       resource_pb2.RESOURCE_MONITOR_FEATURE_INVOKE_DEPENDS_ON])
-        return info
-
-    def Invoke(self, request):
-        """The engine declines an invoke whose dependencies are pending creation, as they all
-        are in a preview of resources the stack does not hold yet: the result is unknown."""
-        if self.recorder.preview and set(request.dependsOn) - self.recorder.urns:
-            return resource_pb2.ResourceInvokeResponse(unknown=True)
-        return super().Invoke(request)
-
-    def RegisterResource(self, request):
-        if request.remote:
-            plain_inputs.check(request.type, request.name,
-                               json_format.MessageToDict(request.object))
-            resolved = resource_pb2.RegisterResourceRequest()
-            resolved.CopyFrom(request)
-            for value in resolved.object.fields.values():
-                plain_inputs.resolve_output_values(value)
-            request = resolved
-        self.recorder.depends[request.name] = {u.rsplit("::", 1)[1] for u in request.dependencies}
-        self.recorder.parents[request.name] = request.parent.rsplit("::", 1)[1] if request.parent else None
-        self.recorder.ignore_changes[request.name] = list(request.ignoreChanges)
-        refs = [request.provider, *request.providers.values()]
-        self.recorder.providers[request.name] = {r.split("::")[-2] for r in refs if r}  # URN::id
-        self.recorder.options[request.name] = {
-            "retainOnDelete": request.retainOnDelete,
-            "deleteBeforeReplace": request.deleteBeforeReplace,
-            "replaceOnChanges": list(request.replaceOnChanges)}
-        response = super().RegisterResource(request)
-        if not self.recorder.preview:
-            self.recorder.urns.add(response.urn)
-        return response
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -282,13 +226,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return {"clusterName": args.args["clusterName"], "id": args.args["clusterName"],
                     "names": sorted(self.existing_node_groups)}
         if args.token == "aws:eks/getNodeGroup:getNodeGroup":
-            cluster, group = args.args["clusterName"], args.args["nodeGroupName"]
-            found = {"clusterName": cluster, "id": f"{cluster}:{group}", "nodeGroupName": group}
-            if (cluster, group) in self.scaling:
-                return {**found, "scalingConfigs": [self.scaling[cluster, group]]}
-            if cluster == "shared-gpu" and group in self.existing_node_groups:
-                return {**found, **self.existing_node_groups[group]}
-            return _not_found(f"reading EKS Node Group ({cluster}:{group})")
+            return self._node_group(args.args["clusterName"], args.args["nodeGroupName"])
         if args.token == "aws:eks/getAddon:getAddon":
             if args.args["addonName"] not in self.existing_addons:
                 # A failed invoke, with the text the aws provider gives DescribeAddon's
@@ -312,6 +250,16 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return {"clusterName": cluster, "principalArn": arn, "id": f"{cluster}:{arn}",
                     "tags": self.clusters[cluster][arn], "type": "STANDARD"}
         return {}
+
+    def _node_group(self, cluster: str, group: str):
+        """DescribeNodegroup: a group this program created (its scaling as last set), a group of
+        the existing cluster `shared-gpu`, or ResourceNotFoundException."""
+        found = {"clusterName": cluster, "id": f"{cluster}:{group}", "nodeGroupName": group}
+        if (cluster, group) in self.scaling:
+            return {**found, "scalingConfigs": [self.scaling[cluster, group]]}
+        if cluster == "shared-gpu" and group in self.existing_node_groups:
+            return {**found, **self.existing_node_groups[group]}
+        return _not_found(f"reading EKS Node Group ({cluster}:{group})")
 
     def _service_quota(self, args: dict) -> dict:
         """GetAWSDefaultServiceQuota then GetServiceQuota, as the aws provider's data source
@@ -411,50 +359,3 @@ def _has_resource(value) -> bool:
     if isinstance(value, list):
         return any(_has_resource(v) for v in value)
     return False
-
-
-def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
-                offering: list[str] | None = None, secrets: dict[str, str] | None = None,
-                mocks: RecordingMocks | None = None,
-                aws_config: dict[str, str] | None = None, preview: bool = False,
-                entry: Callable[[], None] | None = None,
-                crd_url: str | None = None) -> RecordingMocks:
-    """The real program (program.run, or `entry`) under mocks, with the stack file's config +
-    overrides; `preview` (or the mocks' own setting) runs it as `pulumi preview`. KubeRay's
-    CRDs come from the loopback release server (`crd_url`: another URL template)."""
-    import program
-
-    raw, region = raw_config(stack_file)
-    raw.update(overrides or {})
-    mocks = mocks or RecordingMocks(region, offering, preview=preview)
-    # "organization": what a DIY (--local, S3) backend reports as the stack's organization.
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name(stack_file),
-                             preview=mocks.preview,
-                             monitor=RecordingMonitor(mocks), organization="organization")
-    config = {f"{PROJECT}:{k}": v for k, v in raw.items()}
-    config["aws:region"] = region
-    config.update({f"aws:{k}": v for k, v in (aws_config or {}).items()})
-    config.update({f"{PROJECT}:{k}": v for k, v in (secrets or {}).items()})
-    pulumi.runtime.set_all_config(config, [f"{PROJECT}:{k}" for k in secrets or {}])
-
-    exported: dict = {}
-
-    async def resolve_exports():
-        for key, value in exported.items():
-            output = pulumi.Output.from_input(value)
-            mocks.exports[key] = await output.future()
-            if await output.is_secret():
-                mocks.secret_exports.add(key)
-
-    @pulumi.runtime.test
-    def deploy():
-        with mock.patch("pulumi.export", side_effect=exported.__setitem__):
-            (entry or program.run)()
-        return pulumi.Output.from_input(asyncio.ensure_future(resolve_exports()))
-
-    # Resource references among the inputs (node groups point at the cluster) stay URNs: the SDK
-    # would otherwise rebuild those resources inside the mock monitor, on another event loop.
-    with mock.patch("pulumi.runtime.rpc.get_resource_module", return_value=None), \
-            mock.patch.object(catalog, "KUBERAY_CRD_URL", crd_url or release_server.crd_url()):
-        deploy()
-    return mocks

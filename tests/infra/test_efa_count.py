@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from infra.cluster import (EFA_RESOURCE, NODE_TEMPLATE_RESOURCE_TAG, autoscaler_node_template_tags,
-                           gpu_launch_template_args)
+from infra.node_groups import (EFA_RESOURCE, NODE_TEMPLATE_RESOURCE_TAG, launch_template_args,
+                               node_groups)
 from stack import catalog
 from stack.config import parse
 from tests.stack.stacks import STACK_FILES, raw_config, stack_name
@@ -31,9 +31,10 @@ def test_the_catalog_has_a_multi_card_efa_type():
 @pytest.mark.parametrize("gpu_type", EFA_TYPES)
 def test_launch_template_tag_and_pod_request_agree_on_the_efa_count(dev, gpu_type):
     cfg = replace(dev, gpu_instance_type=gpu_type)
-    interfaces = gpu_launch_template_args(cfg, None, "sg-1")["network_interfaces"]
+    (gpu,) = [g for g in node_groups(cfg) if g.efa]
+    interfaces = launch_template_args(gpu, {}, None, "sg-1")["network_interfaces"]
     efa = [n for n in interfaces if n["interface_type"] == "efa"]
-    tag = int(autoscaler_node_template_tags(cfg)[NODE_TEMPLATE_RESOURCE_TAG + EFA_RESOURCE])
+    tag = int(gpu.autoscaler_tags()[NODE_TEMPLATE_RESOURCE_TAG + EFA_RESOURCE])
     (worker,) = build_cluster_spec(cfg)["workerGroupSpecs"]
     (container,) = worker["template"]["spec"]["containers"]
     request = int(container["resources"]["requests"][EFA_RESOURCE])

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 import pytest
 
-from tests.infra.mocks import RecordingMocks, run_program
+from tests.infra.harness import REFUSED, quiet_refusals, run_program
+from tests.infra.mocks import RecordingMocks
 from tests.infra.plain_inputs import PlainInputError, plain_inputs
 from tests.infra.test_program import DEV
 from tests.stack.stacks import PROJECT
@@ -46,6 +50,24 @@ def test_an_output_in_a_plain_input_of_a_remote_component_is_refused():
     assert m.one("eks:index:Cluster").inputs["vpcId"] == "vpc-id"
     assert m.one("eks:index:Cluster").inputs["accessEntries"]["admin"]["principalArn"] == \
         "arn:aws:iam::123456789012:role/team"
+
+
+def test_only_copies_of_a_refusal_go_unreported(caplog):
+    """The SDK sets a refused registration's error on every output future of the resource;
+    collected unretrieved, those copies report nothing (the test got the error), while any other
+    unretrieved exception is still reported."""
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(quiet_refusals)
+    refused, other = ValueError("refused"), ValueError("a bug")
+    setattr(refused, REFUSED, True)
+    for error in (refused, other):
+        future = loop.create_future()
+        future.set_exception(error)
+        del future
+    gc.collect()
+    loop.close()
+    reported = [r.exc_info[1] for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert reported == [other]
 
 
 def test_stack_reference_reads_like_the_engine():

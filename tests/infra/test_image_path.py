@@ -16,7 +16,7 @@ from stack import catalog
 from stack.catalog import InstanceFacts
 from stack.config import ConfigError, parse
 from stack.images import cache_prefix, efa_plugin_repository, through_cache
-from tests.infra.mocks import run_program
+from tests.infra.harness import run_program
 from tests.infra.test_program import DEV, LT
 from tests.stack.stacks import STACK_FILES, stack_name
 

@@ -7,19 +7,14 @@ import json
 import pytest
 
 from infra.policies import NODE_POLICY_ARNS
-from infra.zones import NetworkError
-from infra.zones import EKS_UNSUPPORTED_ZONE_IDS
-from tests.infra.mocks import ZONE_DATA, ZONES, RecordingMocks, run_program
-from tests.stack.stacks import PROJECT, STACK_FILES, stack_name
+from infra.zones import EKS_UNSUPPORTED_ZONE_IDS, NetworkError
+from tests.infra.harness import run_program
+from tests.infra.mocks import ZONE_DATA, ZONES, RecordingMocks
+from tests.stack.stacks import STACK_FILES, stack_name
 
 DEV = next(p for p in STACK_FILES if stack_name(p) == "dev")
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
-
-
-@pytest.fixture(scope="module")
-def dev():
-    return run_program(DEV)
 
 
 def test_the_stack_files_are_found():
@@ -180,107 +175,16 @@ def test_eks_addons_are_pinned_and_overwrite_the_self_managed_coredns(dev):
     assert addons["eks-pod-identity-agent"]["addonVersion"].startswith("v1.")
 
 
-def test_admin_access_entry_and_private_endpoint():
-    arn = "arn:aws:iam::123456789012:role/platform-admins"
-    m = run_program(DEV, {"adminPrincipalArn": arn, "apiPrivateOnly": "true",
-                          "apiPublicCidrs": '["0.0.0.0/0"]'})
-    cluster = m.one("eks:index:Cluster").inputs
-    entry = cluster["accessEntries"]["admin"]
-    assert entry["principalArn"] == arn
-    assert entry["accessPolicies"]["cluster-admin"]["policyArn"].endswith("AmazonEKSClusterAdminPolicy")
-    assert cluster["endpointPublicAccess"] is False and "publicAccessCidrs" not in cluster
-
-
-SSO_ROLE = "AWSReservedSSO_AdministratorAccess_0123456789abcdef"
-TEAM = "arn:aws:iam::123456789012:role/platform-admins"
-ALICE = "arn:aws:sts::123456789012:assumed-role/alice/s"
-BOB = "arn:aws:sts::123456789012:assumed-role/bob/session"
-
-
-def _entries(deployer: str, admin: str, role_path: str = "/", prior: RecordingMocks | None = None,
-             preview: bool = False):
-    mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path, prior=prior,
-                           preview=preview)
-    run_program(DEV, {"adminPrincipalArn": admin}, mocks=mocks)
-    return mocks.one("eks:index:Cluster").inputs.get("accessEntries"), mocks
-
-
-@pytest.mark.parametrize("deployer, role_path, admin", [
-    # An SSO session: the issuer ARN carries the role's path, which users leave out.
-    (f"arn:aws:sts::123456789012:assumed-role/{SSO_ROLE}/alice", "/aws-reserved/sso.amazonaws.com/",
-     f"arn:aws:iam::123456789012:role/{SSO_ROLE}"),
-    ("arn:aws:sts::123456789012:assumed-role/deployer/alice", "/", "arn:aws:iam::123456789012:role/deployer"),
-    ("arn:aws:iam::123456789012:user/ci/deployer", "/", "arn:aws:iam::123456789012:user/deployer"),
-])
-def test_no_second_access_entry_for_the_creator(deployer, role_path, admin):
-    """EKS already gave the cluster's creator an access entry (pulumi-eks always bootstraps it);
-    another one for the same principal is a 409 ResourceInUseException (the mocks' EKS answers
-    so). Compared by account, kind and name: an SSO role's issuer ARN has a path users leave
-    out. A preview plans the same."""
-    entries, first = _entries(deployer, admin, role_path)
-    assert not entries
-    assert not _entries(deployer, admin, role_path, preview=True)[0]
-    again, _ = _entries(deployer, admin, role_path, prior=first)  # the next update
-    assert not again
-
-
-def test_access_entries_follow_the_cluster_not_the_current_deployer():
-    """Alice created the cluster with adminPrincipalArn = her own role (no entry). Bob's later
-    `pulumi up` must not plan an entry for Alice (409), and must plan the team's entry exactly
-    as Alice's run did: the decision reads EKS's entries, not who runs the program."""
-    alice = "arn:aws:iam::123456789012:role/alice"
-    first, first_run = _entries(ALICE, alice)
-    assert not first
-    later, _ = _entries(BOB, alice, prior=first_run)
-    assert not later  # the mocks' EKS would answer 409 to an entry for Alice
-    team_first, team_run = _entries(ALICE, TEAM)
-    team_later, _ = _entries(BOB, TEAM, prior=team_run)
-    assert team_later == team_first and team_first["admin"]["principalArn"] == TEAM
-    # Bob himself as admin on Alice's cluster: Bob has no entry yet, so he gets one.
-    bob_entry, _ = _entries(BOB, "arn:aws:iam::123456789012:role/bob", prior=first_run)
-    assert bob_entry["admin"]["principalArn"] == "arn:aws:iam::123456789012:role/bob"
-
-
-def test_a_failed_first_update_does_not_lose_the_admin_entry():
-    """Alice's first `pulumi up` failed after the cluster existed and before the team's entry
-    did: the next run, whoever runs it, plans the team's entry."""
-    _, failed = _entries(ALICE, TEAM)
-    failed.clusters["ray-train-dev"].pop(TEAM)
-    failed.own_entries["ray-train-dev"] = set()
-    entries, _ = _entries(BOB, TEAM, prior=failed)
-    assert entries["admin"]["principalArn"] == TEAM
-
-
-def test_the_stack_reads_no_stack_reference(dev):
-    """A StackReference to the stack itself fails on a DIY backend with the legacy layout, which
-    refuses org/project/stack names (pulumi/pulumi#18569), and its outputs exist only after an
-    update succeeded."""
-    assert not dev.of_type("pulumi:pulumi:StackReference")
-    assert "clusterCreatorArn" not in dev.exports
-
-
-def _exec_args(kubeconfig: str) -> list[str]:
-    return json.loads(kubeconfig)["users"][0]["user"]["exec"]["args"]
-
-
-@pytest.mark.parametrize("overrides", [{}, {"existingClusterName": "shared-gpu"}],
-                         ids=["own-cluster", "existing-cluster"])
-def test_kubernetes_provider_authenticates_with_the_stack_profile(overrides):
-    m = run_program(DEV, overrides, aws_config={"profile": "ml-platform"})
-    providers = m.of_type("pulumi:providers:kubernetes")
-    assert len(providers) == (2 if overrides else 1)  # k8s, and k8s-crds when adopting
-    for provider in providers:
-        config = provider.inputs["kubeconfig"]
-        args = _exec_args(config.get("value") if isinstance(config, dict) else config)  # secret
-        assert args[args.index("--profile") + 1] == "ml-platform"
-    assert "--profile" not in _exec_args(m.exports["kubeconfig"])  # for people: their own creds
-    assert "--profile" not in _exec_args(run_program(DEV, overrides).exports["kubeconfig"])
-
-
 def test_node_roles_carry_only_node_policies(dev):
-    attached = {r.inputs["policyArn"] for r in dev.of_type(
-        "aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
-    assert attached == set(NODE_POLICY_ARNS)
+    """Join the cluster, pull images, run the VPC CNI: nothing that reaches S3 or the account
+    (pods get AWS access through Pod Identity, never through the node role)."""
+    attached: dict[str, set[str]] = {}
+    for r in dev.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"):
+        attached.setdefault(r.inputs["role"], set()).add(r.inputs["policyArn"])
+    managed = "arn:aws:iam::aws:policy/"
+    assert attached == {f"eks-{group}-node": {
+        f"{managed}AmazonEKSWorkerNodePolicy", f"{managed}AmazonEC2ContainerRegistryReadOnly",
+        f"{managed}AmazonEKS_CNI_Policy"} for group in ("system", "gpu")}
 
 
 def test_gpu_node_count_zero_keeps_the_whole_stack_and_no_gpu_node_can_start():
@@ -343,35 +247,6 @@ def test_private_subnets_reach_s3_through_a_gateway_endpoint(dev):
     assert endpoint["serviceName"] == "com.amazonaws.us-west-2.s3"
     assert endpoint["vpcEndpointType"] == "Gateway"
     assert endpoint["routeTableIds"] == ["net-private-rt-id"]
-
-
-@pytest.mark.parametrize("force, retained", [("false", True), ("true", False)])
-def test_destroy_keeps_the_bucket_unless_told_to_empty_it(force, retained):
-    m = run_program(DEV, {"forceDestroyBucket": force})
-    assert m.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is (force == "true")
-    for kept in ("ckpt-checkpoints", "ckpt-checkpoints-sse", "ckpt-checkpoints-private"):
-        assert m.options[kept]["retainOnDelete"] is retained, kept  # kept encrypted and private
-
-
-def test_bucket_is_private_encrypted_and_pods_reach_only_it(dev):
-    assert dev.one("aws:s3/bucket:Bucket").inputs["forceDestroy"] is True  # dev stack setting
-    pab = dev.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
-    assert all(pab[k] for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
-                                "restrictPublicBuckets"))
-    sse = dev.one("aws:s3/bucketServerSideEncryptionConfiguration:"
-                  "BucketServerSideEncryptionConfiguration").inputs
-    assert sse["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms"
-    policy = json.loads(dev.one("aws:iam/rolePolicy:RolePolicy", "ckpt").inputs["policy"])
-    resources = {r for s in policy["Statement"] for r in [s["Resource"]]}
-    assert resources == {"arn:aws:s3:::ckpt-checkpoints-bucket",
-                         "arn:aws:s3:::ckpt-checkpoints-bucket/*"}
-    assert all("*" not in a for s in policy["Statement"] for a in s["Action"])
-    trust = json.loads(next(r for r in dev.of_type("aws:iam/role:Role")
-                            if r.name == "ckpt-ray-pods").inputs["assumeRolePolicy"])
-    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    assoc = dev.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt").inputs
-    assert (assoc["namespace"], assoc["serviceAccount"]) == ("ray", "ray-train")
-    assert assoc["clusterName"] == "ray-train-dev"
 
 
 def test_helm_releases_pinned_on_the_right_nodes_and_ordered(dev):
@@ -475,106 +350,6 @@ def test_stack_outputs_and_kubeconfig_is_secret(dev):
     assert "kubeconfig" in dev.secret_exports and "clusterName" not in dev.secret_exports
     assert out["costIsEstimate"] is False and out["costSource"].endswith("us-west-2")
     assert out["checkpointStorage"].startswith("s3://") and out["rayJob"].startswith("ray-train-dev-")
-
-
-def test_existing_cluster_mode_deploys_only_addons_and_workloads():
-    m = run_program(DEV, {"existingClusterName": "shared-gpu"})
-    types = {r.type for r in m.resources}
-    assert not types & {"eks:index:Cluster", NODE_GROUP, "aws:ec2/vpc:Vpc"}
-    assert len(m.of_type("kubernetes:helm.sh/v3:Release")) == 3
-    assert not m.of_type("kubernetes:helm.sh/v3:Release", "cluster-autoscaler")
-    assert m.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt").inputs[
-        "clusterName"] == "shared-gpu"
-
-
-def test_existing_cluster_adopts_kuberay_crds_that_are_already_there(dev):
-    """pulumi-kubernetes >= 4.29 creates with a plain POST: an existing CRD is AlreadyExists
-    unless the provider upserts, and its upsert (a server-side apply) conflicts with the fields
-    Helm or kubectl own unless it forces them (await.go patchForce). Only the CRDs go through
-    that provider."""
-    m = run_program(DEV, {"existingClusterName": "shared-gpu"})
-    upsert = m.one("pulumi:providers:kubernetes", "k8s-crds").inputs
-    assert upsert["upsertExistingObjects"] in (True, "true")
-    assert upsert["enablePatchForce"] in (True, "true")
-    crds = [r.name for r in m.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-")]
-    assert len(crds) == 3 and all(m.providers[c] == {"k8s-crds"} for c in crds)
-    assert m.providers["addons-kuberay-operator"] == {"k8s"}
-    # A cluster this stack creates has no CRDs yet: one provider, no upsert anywhere.
-    assert not dev.of_type("pulumi:providers:kubernetes", "k8s-crds")
-
-
-def test_destroying_a_stack_on_an_existing_cluster_leaves_the_shared_crds(dev):
-    """Other RayJobs on a shared cluster live in KubeRay's CRDs: deleting a CRD deletes every
-    object of its kind. Retain on delete is inherited by the group's CRDs (source_eval.go)."""
-    m = run_program(DEV, {"existingClusterName": "shared-gpu"})
-    for crd in m.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-"):
-        assert m.options[crd.name]["retainOnDelete"] is True, crd.name
-    for crd in dev.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-"):
-        assert not dev.options[crd.name]["retainOnDelete"], crd.name  # the stack's own cluster
-
-
-def test_a_cluster_that_runs_kuberay_gets_no_second_operator():
-    """A second kuberay-operator release would create the ClusterRole `kuberay-operator`
-    (the chart's fullnameOverride) again, and two operators would both reconcile the RayJob."""
-    m = run_program(DEV, {"existingClusterName": "shared-gpu", "existingKuberay": "true"})
-    assert not m.of_type("kubernetes:helm.sh/v3:Release", "kuberay")
-    assert not m.of_type("kubernetes:yaml/v2:ConfigGroup", "addons-crd-")  # its CRDs: untouched
-    assert not m.of_type("pulumi:providers:kubernetes", "k8s-crds")
-    assert m.one("kubernetes:ray.io/v1:RayJob")  # served by the cluster's own operator
-
-
-def test_stacks_on_one_existing_cluster_get_namespaces_of_their_own(dev):
-    """Namespace, service account and Pod Identity association (one per namespace and service
-    account in EKS) named per stack, so they collide neither with a `ray` namespace that is
-    there nor with a second stack's; the stack's own cluster keeps `ray`."""
-    seen = set()
-    for name in ("team-a", "team-b"):
-        m = run_program(DEV, {"existingClusterName": "shared-gpu", "clusterName": name})
-        namespace = m.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"]
-        assert namespace == f"ray-{name}" == m.exports["rayNamespace"]
-        assoc = m.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt").inputs
-        assert (assoc["namespace"], assoc["serviceAccount"]) == (namespace, "ray-train")
-        namespaced = [r for r in m.resources if r.type.startswith("kubernetes:")
-                      and "namespace" in (r.inputs.get("metadata") or {})]
-        elsewhere = {(r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"])
-                     for r in namespaced if r.inputs["metadata"]["namespace"] != namespace}
-        # Only the head's Role (and its binding) on cluster-autoscaler's status, named for it.
-        assert elsewhere == {("kube-system", f"{namespace}-head-autoscaler-status")}
-        seen.add(namespace)
-    assert len(seen) == 2
-    assert dev.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"] == "ray"
-
-
-def test_existing_cluster_node_selectors_are_configurable():
-    m = run_program(DEV, {"existingClusterName": "shared-gpu",
-                          "systemNodeSelector": json.dumps({"pool": "general"})},
-                    mocks=_existing(system={"labels": {"pool": "general"}, "taints": []}))
-    operator = m.one("kubernetes:helm.sh/v3:Release", "kuberay").inputs
-    assert operator["values"]["nodeSelector"] == {"pool": "general"}
-
-
-def _existing(**groups) -> RecordingMocks:
-    mocks = RecordingMocks("us-west-2")
-    mocks.existing_node_groups.update(groups)
-    return mocks
-
-
-def test_existing_cluster_that_lacks_labels_taint_or_pod_identity_fails_before_any_resource():
-    from infra.existing import ExistingClusterError
-
-    mocks = _existing(gpu={"labels": {"role": "gpu-worker", "nvidia.com/gpu.present": "true",
-                                      "vpc.amazonaws.com/efa.present": "true"}, "taints": []},
-                      system={"labels": {"team": "a"}, "taints": []})
-    mocks.existing_addons.discard("eks-pod-identity-agent")
-    with pytest.raises(ExistingClusterError) as error:
-        run_program(DEV, {"existingClusterName": "shared-gpu"}, mocks=mocks)
-    message = str(error.value)
-    assert message.startswith("existingClusterName: shared-gpu is not ready")
-    assert "no node group is labelled {'role': 'system'}" in message and "systemNodeSelector" in message
-    assert "node group gpu lacks the taint nvidia.com/gpu=true:NoSchedule" in message
-    assert "aws eks create-addon --cluster-name shared-gpu --addon-name eks-pod-identity-agent" in message
-    assert "or install the agent otherwise" in message  # a self-managed agent is not an add-on
-    assert mocks.resources == []
 
 
 @pytest.mark.parametrize("region, partition", [("cn-north-1", "aws-cn"),

@@ -9,7 +9,8 @@ import pytest
 from infra.quota import QuotaError, quota_needs
 from stack import catalog
 from stack.config import parse
-from tests.infra.mocks import RecordingMocks, run_program
+from tests.infra.harness import run_program
+from tests.infra.mocks import RecordingMocks
 from tests.infra.test_program import DEV
 from tests.stack.stacks import raw_config
 

@@ -99,47 +99,6 @@ def test_every_problem_is_reported_at_once():
         assert any(p.startswith(key) for p in found), (key, found)
 
 
-def test_cost_idle_and_during_a_run():
-    from infra.cost import hourly_cost
-
-    before_extended = date(2026, 11, 30)
-    cost = hourly_cost(parse({}, "us-west-2"), before_extended)
-    # The reference quotes ~9.50 USD/h for 2x g6.12xlarge + system node + EKS + NAT.
-    assert 9.0 < cost["runUsdPerHour"] < 10.0
-    assert cost["runUsdPerHour"] == pytest.approx(sum(cost["breakdown"].values()))
-    during_run = sum(v for k, v in cost["breakdown"].items() if k.endswith("DuringRun"))
-    assert cost["idleUsdPerHour"] == pytest.approx(cost["runUsdPerHour"] - during_run)
-    assert cost["idleUsdPerHour"] < 0.5  # control plane, NAT gateway and one m7i.xlarge
-    none = hourly_cost(parse({"gpuNodeCount": "0"}, "us-west-2"), before_extended)
-    assert none["runUsdPerHour"] == none["idleUsdPerHour"]
-
-
-def test_cost_counts_the_nat_address_and_the_root_volumes():
-    """The NAT gateway's public IPv4 (0.005 USD/h), the system nodes' 100 GiB gp3 root volumes
-    (always) and the GPU nodes' rootVolumeGib (during a run), at 0.08 USD per GB-month."""
-    from infra.cost import hourly_cost
-
-    cfg = parse({"systemNodeCount": "2", "gpuNodeCount": "3", "rootVolumeGib": "400"}, "us-west-2")
-    breakdown = hourly_cost(cfg, date(2026, 11, 30))["breakdown"]
-    assert breakdown["natPublicIpv4"] == 0.005
-    assert breakdown["systemRootVolumes"] == pytest.approx(2 * 100 * 0.08 / 720, abs=1e-4)
-    assert breakdown["gpuRootVolumesDuringRun"] == pytest.approx(3 * 400 * 0.08 / 720, abs=1e-4)
-    existing = hourly_cost(parse({"existingClusterName": "shared"}, "us-west-2"), date(2026, 11, 30))
-    assert existing["breakdown"]["natPublicIpv4"] == existing["breakdown"]["systemRootVolumes"] == 0
-
-
-@pytest.mark.parametrize("version, today, price", [
-    ("1.34", date(2026, 12, 2), 0.10),  # last day of standard support
-    ("1.34", date(2026, 12, 3), 0.60),  # extended support from then on
-    ("1.35", date(2026, 12, 3), 0.10),
-])
-def test_control_plane_price_follows_the_version_support(version, today, price):
-    from infra.cost import hourly_cost
-
-    cost = hourly_cost(parse({"kubernetesVersion": version}, "us-west-2"), today)
-    assert cost["breakdown"]["eksControlPlane"] == price
-
-
 def test_default_kubernetes_version_is_in_standard_support_for_months():
     from stack.catalog import KUBERNETES_RELEASES
 
@@ -262,16 +221,3 @@ def test_a_stack_fine_tunes_the_shipped_instructions_unless_it_sets_data():
     assert (own.data, own.eval_fraction, own.eval_every) == ("random", 0.0, 0)
 
 
-def test_cost_outside_the_price_table_is_labelled_an_estimate():
-    """Only Regions whose prices were read are in stack/catalog.py; elsewhere the outputs say
-    the figures are us-east-1's."""
-    from infra.cost import hourly_cost
-
-    today = date(2026, 11, 30)
-    for region in ("us-east-1", "us-west-2"):
-        cost = hourly_cost(parse({}, region), today)
-        assert cost["isEstimate"] is False and cost["source"].endswith(region)
-    frankfurt = hourly_cost(parse({}, "eu-central-1"), today)
-    assert frankfurt["isEstimate"] is True
-    assert frankfurt["source"].startswith("estimate: us-east-1 prices")
-    assert "no prices for eu-central-1" in frankfurt["source"]

@@ -10,7 +10,8 @@ import yaml
 from stack.catalog import KUBERAY_CRD_KINDS
 from tests.conftest import KUBERAY_CRDS, need
 from tests.infra import release_server
-from tests.infra.mocks import RecordingMocks, run_program
+from tests.infra.harness import run_program
+from tests.infra.mocks import RecordingMocks
 from tests.stack.stacks import STACK_FILES, stack_name
 from workloads.crds import CrdFetchError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import KUBERAY_CRDS, need
-from tests.infra.mocks import run_program
+from tests.infra.harness import run_program
 from tests.stack.stacks import STACK_FILES, stack_name
 from tests.workloads.crd_schema import load_schema, rayjob_rules, validate
 

@@ -1,0 +1,144 @@
+"""The stack's own node groups as data: one NodeGroupSpec per group (the system group and the GPU
+group). The cluster declares each group's role, launch template and node group from its spec, the
+quota check counts its vCPUs, the cost outputs price its nodes and root volumes, the program
+exports its name: a new group is one entry in `node_groups`. Pure (typed config in, specs and
+launch-template inputs out), tested without Pulumi's engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping
+
+from infra.root_volumes import SYSTEM_ROOT, RootVolume, gpu_root
+from infra.user_data import launch_template_user_data
+from stack.catalog import InstanceFacts
+from stack.config import Reservation, StackConfig
+from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
+
+if TYPE_CHECKING:  # only the type: the builders place Outputs, they never read them
+    from pulumi import Input
+
+# cluster-autoscaler reads extra allocatable resources of a node group at zero nodes from these
+# node-group tags (cloudprovider/aws aws_manager.go, through eks:DescribeNodegroup since 1.28): its
+# instance table knows GPUs but not EFA interfaces.
+NODE_TEMPLATE_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+
+@dataclass(frozen=True)
+class NodeGroupSpec:
+    """One managed node group. `key` names its resources (`eks-<key>`, `eks-<key>-lt`), its
+    entry in the nodeGroups output and its EKS name (`<clusterName>-<key>`)."""
+
+    key: str
+    count_key: str  # the config key of its node count, for messages
+    instance_type: str
+    facts: InstanceFacts
+    nodes: int  # its nodes while a run goes (a fixed group's always)
+    ami_type: str
+    labels: Mapping[str, str]
+    taints: tuple[Mapping[str, str], ...]
+    root: RootVolume
+    zones: int  # it spans the first `zones` private subnets, the GPU zone first
+    # Sized by cluster-autoscaler from zero for a run's pods; otherwise fixed at `nodes`.
+    autoscaled: bool
+    # EFA interfaces on every network card, in a cluster placement group unless reserved.
+    efa: bool = False
+    on_demand_quota: bool = True  # its nodes launch against an On-Demand vCPU quota
+    reservation: Reservation | None = None  # the reservation or Capacity Block it launches into
+    capacity_block: bool = False
+    capacity_type: str | None = None  # None: EKS's default (On-Demand)
+
+    def name(self, cluster: str) -> str:
+        return f"{cluster}-{self.key}"
+
+    @property
+    def placement_group(self) -> bool:
+        """A reservation made outside the group may not serve launches into a new placement group."""
+        return self.efa and self.reservation is None
+
+    def scaling(self, live: int | None) -> dict[str, int]:
+        """The scaling block. An autoscaled group: from zero up to its nodes (EKS requires max >= 1,
+        so 0 nodes keep a cap of 1 that no pod asks for), declaring the live desired size (0
+        before the group exists) capped by the new maximum (EKS requires desired <= max).
+        cluster-autoscaler owns the size, and any change of the scaling block makes the aws
+        provider send all of it (terraform-provider-aws internal/service/eks/node_group.go,
+        resourceNodeGroupUpdate: UpdateNodegroupConfig with expandNodegroupScalingConfig of the
+        whole block). With `ignoreChanges` on the desired size the provider would send the size
+        in Pulumi's state instead: 0 while a run holds nodes, or a stale 2 after a `pulumi
+        refresh` during a run (refresh stores live inputs; ignoreChanges only hides the diff,
+        pulumi/pulumi#16146). The live size makes a scaling change keep whatever the autoscaler
+        set, in both directions."""
+        if not self.autoscaled:
+            return {"desired_size": self.nodes, "min_size": self.nodes, "max_size": self.nodes}
+        max_size = max(self.nodes, 1)
+        return {"desired_size": min(live or 0, max_size), "min_size": 0, "max_size": max_size}
+
+    def autoscaler_tags(self) -> dict[str, str]:
+        """What cluster-autoscaler cannot know about an EFA node before one exists: its EFA devices."""
+        if not self.efa:
+            return {}
+        return {f"{NODE_TEMPLATE_RESOURCE_TAG}{EFA_RESOURCE}": str(self.facts.efa_interfaces)}
+
+
+def node_groups(cfg: StackConfig) -> tuple[NodeGroupSpec, ...]:
+    """The system group (KubeRay operator, Ray head, CoreDNS: fixed size, both zones) and the EFA
+    GPU group (the run's workers: tainted, one zone, scaled from zero by cluster-autoscaler up to
+    `gpuNodeCount`). GPU nodes count against the On-Demand quota only when a run is deployed
+    and they launch on demand, not into a reservation (infra/quota.py)."""
+    system = NodeGroupSpec(
+        key="system", count_key="systemNodeCount", instance_type=cfg.system_instance_type,
+        facts=cfg.system, nodes=cfg.system_node_count, ami_type="AL2023_x86_64_STANDARD",
+        labels=SYSTEM_LABELS, taints=(), root=SYSTEM_ROOT, zones=2, autoscaled=False)
+    gpu = NodeGroupSpec(
+        key="gpu", count_key="gpuNodeCount", instance_type=cfg.gpu_instance_type, facts=cfg.gpu,
+        nodes=cfg.gpu_node_count, ami_type="AL2023_x86_64_NVIDIA",
+        labels=gpu_node_labels(cfg.gpu.accelerator), taints=(GPU_TAINT,),
+        root=gpu_root(cfg.root_volume_gib), zones=1, autoscaled=True, efa=True,
+        on_demand_quota=bool(cfg.run_job and cfg.gpu_node_count and not cfg.reserved),
+        reservation=cfg.reserved, capacity_block=cfg.capacity_block is not None,
+        capacity_type="CAPACITY_BLOCK" if cfg.capacity_block else "ON_DEMAND")
+    return system, gpu
+
+
+def launch_template_args(group: NodeGroupSpec, tags: Mapping[str, str],
+                         placement_group: Input[str] | None = None,
+                         security_group_id: Input[str] | None = None) -> dict:
+    """What a node's launch template sets: IMDSv2 with hop limit 1, so pods cannot reach the node
+    role's credentials (they use Pod Identity, which needs no metadata service), an encrypted
+    gp3 root volume sized for image pulls, and nodeadm's FastImagePull gate where the instance
+    type honours it (infra/root_volumes.py, infra/user_data.py). An EFA group's also: its EFA
+    interfaces with the EKS-managed cluster security group (`security_group_id`: all traffic
+    to and from itself), its placement group, its reservation; a Capacity Block names its
+    instance type here only (EKS user guide ml/capacity-blocks-mng)."""
+    args = {
+        "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required",
+                             "http_put_response_hop_limit": 1},
+        "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": group.root.ebs()}],
+        "tag_specifications": [{"resource_type": "instance", "tags": dict(tags)}],
+    }
+    user_data = launch_template_user_data(group.facts)
+    if user_data is not None:
+        args["user_data"] = user_data
+    if group.efa:
+        args["network_interfaces"] = efa_network_interfaces(group.facts.efa_interfaces,
+                                                            security_group_id)
+    if placement_group is not None:
+        args["placement"] = {"group_name": placement_group}
+    if group.reservation:
+        args["capacity_reservation_specification"] = {"capacity_reservation_target": {
+            "capacity_reservation_id": group.reservation.id}}
+    if group.capacity_block:
+        args["instance_market_options"] = {"market_type": "capacity-block"}
+        args["instance_type"] = group.instance_type
+    return args
+
+
+def efa_network_interfaces(count: int, security_group_id: Input[str] | None) -> list[dict]:
+    """One EFA interface per network card, as many as the pods request (p5.48xlarge: 32): the
+    EC2 user guide (efa-acc-inst-types, "EFA configuration for P5") puts the primary on network
+    card 0 / device index 0 and each further one on the next network card with device index 1.
+    Every EFA carries the security group that allows all traffic to and from itself (efa-start)."""
+    return [{"device_index": 0 if card == 0 else 1, "network_card_index": card,
+             "interface_type": "efa", "security_groups": [security_group_id],
+             "delete_on_termination": "true"} for card in range(count)]

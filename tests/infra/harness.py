@@ -1,0 +1,142 @@
+"""Run the Pulumi program under the mocks (tests/infra/mocks.py), with a monitor that behaves as
+the engine does, and keep the refusals it provokes to the one error the test receives.
+
+`preview=True` runs the program as `pulumi preview` does: nothing is created, computed outputs
+stay unknown."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Callable
+from unittest import mock
+
+import pulumi
+from google.protobuf import json_format
+from pulumi.runtime.proto import resource_pb2
+
+from stack import catalog
+from tests.infra import plain_inputs, release_server
+from tests.infra.mocks import RecordingMocks
+from tests.stack.stacks import PROJECT, raw_config, stack_name
+
+# Set on an exception the monitor raised to refuse a registration (see quiet_refusals).
+REFUSED = "_refused_by_the_mock_monitor"
+
+
+class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
+    """Also records each resource's declared dependencies (by name), for ordering checks. Like
+    the engine it supports output values, so a remote component's inputs arrive with their
+    Outputs as output values, and an Output in a plain input is refused (plain_inputs.py)."""
+
+    def __init__(self, mocks: RecordingMocks):
+        super().__init__(mocks)
+        self.recorder = mocks
+
+    def SupportsFeature(self, request):
+        return type("SupportsFeatureResponse", (object,), {"hasSupport": True})
+
+    def GetDeploymentInfo(self, request):
+        info = super().GetDeploymentInfo(request)
+        info.supportedFeatures.extend([resource_pb2.RESOURCE_MONITOR_FEATURE_OUTPUT_VALUES,
+                                       resource_pb2.RESOURCE_MONITOR_FEATURE_INVOKE_DEPENDS_ON])
+        return info
+
+    def Invoke(self, request):
+        """The engine declines an invoke whose dependencies are pending creation, as they all
+        are in a preview of resources the stack does not hold yet: the result is unknown."""
+        if self.recorder.preview and set(request.dependsOn) - self.recorder.urns:
+            return resource_pb2.ResourceInvokeResponse(unknown=True)
+        return super().Invoke(request)
+
+    def RegisterResource(self, request):
+        try:
+            return self._register(request)
+        except Exception as error:
+            setattr(error, REFUSED, True)
+            raise
+
+    def _register(self, request):
+        if request.remote:
+            plain_inputs.check(request.type, request.name,
+                               json_format.MessageToDict(request.object))
+            resolved = resource_pb2.RegisterResourceRequest()
+            resolved.CopyFrom(request)
+            for value in resolved.object.fields.values():
+                plain_inputs.resolve_output_values(value)
+            request = resolved
+        self.recorder.depends[request.name] = {u.rsplit("::", 1)[1] for u in request.dependencies}
+        self.recorder.parents[request.name] = request.parent.rsplit("::", 1)[1] if request.parent else None
+        self.recorder.ignore_changes[request.name] = list(request.ignoreChanges)
+        refs = [request.provider, *request.providers.values()]
+        self.recorder.providers[request.name] = {r.split("::")[-2] for r in refs if r}  # URN::id
+        self.recorder.options[request.name] = {
+            "retainOnDelete": request.retainOnDelete,
+            "deleteBeforeReplace": request.deleteBeforeReplace,
+            "replaceOnChanges": list(request.replaceOnChanges)}
+        response = super().RegisterResource(request)
+        if not self.recorder.preview:
+            self.recorder.urns.add(response.urn)
+        return response
+
+
+def quiet_refusals(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's exception handler under the mocks. A registration the monitor refuses
+    (an Output in a plain input, the mocks' EKS answering 409) fails inside the SDK's
+    register_resource, which sets that one exception on every output future of the resource
+    (its urn, id and each property: pulumi/runtime/resource.py do_register,
+    rpc.resolve_outputs_due_to_exception) and raises it to the program, so the test receives
+    it. Nothing awaits the refused resource's own futures, so each reports "Future exception
+    was never retrieved" when it is collected: those copies of a refusal the test already got
+    are dropped here; every other report goes to the loop's default handler."""
+    if "future" in context and getattr(context.get("exception"), REFUSED, False):
+        return
+    loop.default_exception_handler(context)
+
+
+def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
+                offering: list[str] | None = None, secrets: dict[str, str] | None = None,
+                mocks: RecordingMocks | None = None,
+                aws_config: dict[str, str] | None = None, preview: bool = False,
+                entry: Callable[[], None] | None = None,
+                crd_url: str | None = None) -> RecordingMocks:
+    """The real program (program.run, or `entry`) under mocks, with the stack file's config +
+    overrides; `preview` (or the mocks' own setting) runs it as `pulumi preview`. KubeRay's
+    CRDs come from the loopback release server (`crd_url`: another URL template)."""
+    import program
+
+    raw, region = raw_config(stack_file)
+    raw.update(overrides or {})
+    mocks = mocks or RecordingMocks(region, offering, preview=preview)
+    # "organization": what a DIY (--local, S3) backend reports as the stack's organization.
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name(stack_file),
+                             preview=mocks.preview,
+                             monitor=RecordingMonitor(mocks), organization="organization")
+    config = {f"{PROJECT}:{k}": v for k, v in raw.items()}
+    config["aws:region"] = region
+    config.update({f"aws:{k}": v for k, v in (aws_config or {}).items()})
+    config.update({f"{PROJECT}:{k}": v for k, v in (secrets or {}).items()})
+    pulumi.runtime.set_all_config(config, [f"{PROJECT}:{k}" for k in secrets or {}])
+
+    exported: dict = {}
+
+    async def resolve_exports():
+        for key, value in exported.items():
+            output = pulumi.Output.from_input(value)
+            mocks.exports[key] = await output.future()
+            if await output.is_secret():
+                mocks.secret_exports.add(key)
+
+    @pulumi.runtime.test
+    def deploy():
+        asyncio.get_running_loop().set_exception_handler(quiet_refusals)  # the SDK's own loop
+        with mock.patch("pulumi.export", side_effect=exported.__setitem__):
+            (entry or program.run)()
+        return pulumi.Output.from_input(asyncio.ensure_future(resolve_exports()))
+
+    # Resource references among the inputs (node groups point at the cluster) stay URNs: the SDK
+    # would otherwise rebuild those resources inside the mock monitor, on another event loop.
+    with mock.patch("pulumi.runtime.rpc.get_resource_module", return_value=None), \
+            mock.patch.object(catalog, "KUBERAY_CRD_URL", crd_url or release_server.crd_url()):
+        deploy()
+    return mocks
