@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # training/driver/ray_setup.py
 
 
 def worker_env() -> dict[str, str]:
