@@ -127,7 +127,7 @@ class _Worker:
 def bench_func(config: dict) -> None:
     """Per worker: matmul rate, then each variant in turn; rank 0 reports all rows."""
     from bench.timing import matmul_tflops
-    from training.driver.ray_setup import worker_context
+    from training.run.worker import worker_context
     from training.model.model import model_config
     from training.network import transport
     from training.step.engine import memory_limit_bytes

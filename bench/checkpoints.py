@@ -60,12 +60,12 @@ def main(argv: list[str] | None = None) -> int:
             flags = job_flags(args, mode)
             shutil.rmtree(args.storage_path / f"ckpt-{mode}", ignore_errors=True)
             summary = cli.run(cli.parse(flags))
-            runs.append({"mode": mode, "steps": summary["steps"],
+            runs.append({"mode": mode, "steps": summary.steps,
                          "checkpoint_every": args.checkpoint_every,
-                         "checkpoint_gib": summary["checkpoint_gib"],
-                         "run_tokens_per_s": summary["tokens_per_s"],
+                         "checkpoint_gib": summary.checkpoint_gib,
+                         "run_tokens_per_s": summary.tokens_per_s,
                          "run_tokens_per_s_with_checkpoints":
-                             summary["tokens_per_s_with_checkpoints"],
+                             summary.tokens_per_s_with_checkpoints,
                          "command": "python -m training " + " ".join(flags)})
             shutil.rmtree(args.storage_path / f"ckpt-{mode}", ignore_errors=True)  # small disk
             print(runs[-1], flush=True)

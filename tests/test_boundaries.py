@@ -4,7 +4,8 @@
   Pulumi-free part imports neither of them nor Pulumi;
 - `training` never imports `infra`, `workloads`, the Pulumi-facing part of `stack`, or `bench`,
   and never loads Pulumi; the job's settings, command line and error root (`training.config`,
-  `training.flags`, `training.errors`) import only the standard library and each other."""
+  `training.flags`, `training.errors`) import only the standard library and each other;
+- `training`'s subpackages import only downward (`LAYERS`)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,20 @@ def test_pulumi_program_loads_neither_torch_nor_ray():
 def test_training_never_loads_pulumi():
     loaded = loaded_after_import(importable("training"))
     assert "torch" in loaded and not any(m.startswith("pulumi") for m in loaded)
+
+
+# training/'s subpackages, lowest first: each imports only from those before it (and the
+# standard-library top: config, flags, errors, storage), so a reader finds where a change goes.
+LAYERS = ("model", "data", "step", "network", "run", "head", "driver")
+
+
+def _layer(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "training" and parts[1] in LAYERS else None
+
+
+@pytest.mark.parametrize("module", [m for m in importable("training") if _layer(m)])
+def test_training_subpackages_import_only_downward(module):
+    mine = LAYERS.index(_layer(module))
+    upward = sorted(n for n in imported(module) if _layer(n) and LAYERS.index(_layer(n)) > mine)
+    assert not upward, f"{module} imports from a layer above it: {upward}"

@@ -129,10 +129,10 @@ def no_ray(monkeypatch):
     """cli.run with Ray not started and not startable."""
     import ray
 
-    from training.driver import cli
+    from training.driver import ray_setup
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("Ray was started for input that is known bad beforehand")
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(cli, "init_ray", refuse)
+    monkeypatch.setattr(ray_setup, "init_ray", refuse)

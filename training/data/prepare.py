@@ -23,6 +23,36 @@ def tokenizer_name(cfg: TrainConfig) -> str:
 
 
 @dataclass(frozen=True)
+class EvalSet:
+    """Where the evaluation samples are: held out of --data's cache (its eval file), or the
+    separate --eval-data cache's own samples."""
+    directory: str
+    held_out: bool
+    samples: int
+
+    @property
+    def file(self) -> str:
+        return EVAL_FILE if self.held_out else TOKENS_FILE
+
+    @property
+    def count_key(self) -> str:
+        """The cache index's count of this file's samples."""
+        return "eval_samples" if self.held_out else "samples"
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """What the driver tokenized for the workers (`DataPlan.build`): where the samples are, the
+    data's identity (a resume on other data is refused), its format, the evaluation set and the
+    log's line on what the run trains on."""
+    directory: str
+    fingerprint: str
+    data_format: str
+    eval: EvalSet | None
+    summary: str
+
+
+@dataclass(frozen=True)
 class DataPlan:
     """Where a run's tokenized data lives; built once per job on the driver."""
     cfg: TrainConfig
@@ -50,7 +80,7 @@ class DataPlan:
         """The training data's identity (a resume on other data is refused)."""
         return self.cache.fingerprint
 
-    def build(self, model_vocab: int) -> dict:
+    def build(self, model_vocab: int) -> PreparedData:
         """Tokenize (or reuse), check, and return what the workers read."""
         cfg, tok = self.cfg, tokenizer_name(self.cfg)
         enc = encoder(tok)
@@ -64,18 +94,16 @@ class DataPlan:
         if self.eval_cache is not None:
             ev = self.eval_cache.build(self.eval_source, enc, cfg.seq_len, cfg.loss_tokens,
                                        pad=True)
-            evaluated = {"directory": self.eval_cache.directory, "file": TOKENS_FILE,
-                         "count_key": "samples", "samples": ev["samples"]}
+            evaluated = EvalSet(self.eval_cache.directory, held_out=False, samples=ev["samples"])
             _check_vocab(ev, model_vocab, tok, cfg)
         elif cfg.eval_fraction:
             if index["eval_samples"] < 1:
                 raise DataError(f"--eval-fraction {cfg.eval_fraction} of --data {cfg.data!r} "
                                 "holds no document; raise it or use --eval-data")
-            evaluated = {"directory": self.cache.directory, "file": EVAL_FILE,
-                         "count_key": "eval_samples", "samples": index["eval_samples"]}
-        return {"directory": self.cache.directory, "fingerprint": self.fingerprint,
-                "data_format": index["data_format"], "eval": evaluated,
-                "summary": describe(cfg, index, evaluated)}
+            evaluated = EvalSet(self.cache.directory, held_out=True,
+                                samples=index["eval_samples"])
+        return PreparedData(self.cache.directory, self.fingerprint, index["data_format"],
+                            evaluated, describe(cfg, index, evaluated))
 
 
 def _check_vocab(index: dict, model_vocab: int, tok: str, cfg: TrainConfig) -> None:
@@ -86,7 +114,7 @@ def _check_vocab(index: dict, model_vocab: int, tok: str, cfg: TrainConfig) -> N
                         "use the model's own tokenizer (--tokenizer) or another model")
 
 
-def describe(cfg: TrainConfig, index: dict | None, evaluated: dict | None) -> str:
+def describe(cfg: TrainConfig, index: dict | None, evaluated: EvalSet | None) -> str:
     """The log's line on what the run trains on."""
     if index is None:
         formats = listing(lambda f: "/".join(f.columns))
@@ -94,7 +122,7 @@ def describe(cfg: TrainConfig, index: dict | None, evaluated: dict | None) -> st
                 f"real is learned (pass --data with {formats} files)")
     fmt = index["data_format"]
     trains_on = "every token" if cfg.loss_tokens == "all" else BY_NAME[fmt].trains
-    held = f"; evaluated on {evaluated['samples']} samples" if evaluated else ""
+    held = f"; evaluated on {evaluated.samples} samples" if evaluated else ""
     tokenizer = "bytes (built in)" if tokenizer_name(cfg) == BYTES else tokenizer_name(cfg)
     return (f"data: {fmt} format, {index['documents']} documents in {index['samples']} samples "
             f"of {cfg.seq_len + 1} tokens (tokenizer {tokenizer}), loss on {trains_on}{held}")

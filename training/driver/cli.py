@@ -9,28 +9,26 @@ exit.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
 import os
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from training.driver import quiet
-from training.head import cold_start, scaleup
-from training.config import LOCAL_DEFAULTS, RANDOM_DATA, RUN_STARTED_ENV, ConfigError, TrainConfig
-from training.data import DataError
-from training.data.prepare import DataPlan, describe, tokenizer_name
+# Only what parsing needs at import time: `python -m training --help` answers without torch,
+# transformers or Ray (10-28 s of imports); each step of `run` imports its own layer.
+from training.config import LOCAL_DEFAULTS, RUN_STARTED_ENV, ConfigError, TrainConfig
 from training.data.synthetic import SHIPPED
-from training.data.tokenize import BYTES, encoder
+from training.data.tokenize import BYTES
+from training.driver import quiet
+from training.errors import InputError
 from training.flags import add_config_flags
-from training.model.loading import local_dir
-from training.model.model import ModelError, is_builtin, max_positions, model_config
-from training.driver.ray_setup import init_ray
-from training.storage import Storage, StorageError, check_writable, resolve, s3_env
+
+if TYPE_CHECKING:
+    from training.run.handoff import RunSummary, WorkerInputs
+    from training.storage import Storage
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 DEMO_DEFAULTS = {"data": str(SHIPPED), "tokenizer": BYTES, "name": "demo", "log_every": 1,
@@ -73,31 +71,40 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse(argv)
         summary = run(cfg)
-    except (ConfigError, ModelError, DataError, StorageError) as e:
+    except InputError as e:  # every bad input: settings, data, model, storage
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except JobError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
-    print(json.dumps(summary), flush=True)
+    print(summary.to_json(), flush=True)
     return 0
 
 
-def run(cfg: TrainConfig) -> dict:
+def run(cfg: TrainConfig) -> RunSummary:
+    import dataclasses
+
+    from training.data.prepare import DataPlan, describe
+    from training.driver import checks, ray_setup
+    from training.head import cold_start
+    from training.model.model import model_config
+    from training.run.handoff import WorkerInputs
+    from training.storage import check_writable, resolve
+
     job_started = time.time()
-    vocab = _check_model_and_data(cfg)
+    vocab = checks.check_model_and_data(cfg)
     storage = resolve(cfg.storage_path)
     check_writable(storage)
     plan = DataPlan.for_run(cfg, storage)
-    _check_resume(cfg, storage, plan.fingerprint if plan else cfg.data)
+    checks.check_resume(cfg, storage, plan.fingerprint if plan else cfg.data)
     # Tokenized here, before Ray starts: a bad row or token id costs no cluster time.
-    tokens = plan.build(model_config(cfg.model, vocab).vocab_size) if plan else None
-    print(tokens["summary"] if tokens else describe(cfg, None, None), flush=True)
+    data = plan.build(model_config(cfg.model, vocab).vocab_size) if plan else None
+    print(data.summary if data else describe(cfg, None, None), flush=True)
     import ray
 
     started_here = not ray.is_initialized()
     if started_here:
-        init_ray(cfg.address)
+        ray_setup.init_ray(cfg.address)
     try:
         use_gpu = cfg.use_gpu if cfg.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
         _check_capacity(cfg, use_gpu, ray.cluster_resources, CAPACITY_WAIT_S if cfg.address else 0.0)
@@ -107,92 +114,18 @@ def run(cfg: TrainConfig) -> dict:
                              title="cold start until the workers joined")  # the rest at the end
         run_started = _run_started_at(job_started)
         # From the run's start (node boot and image pull included) until every worker is there.
-        clock = {"run_started_at": run_started, "waited_for_workers_s": time.time() - run_started}
-        result = _fit(cfg, storage, vocab, use_gpu, tokens, clock)
+        inputs = WorkerInputs(cfg, vocab, data, run_started_at=run_started,
+                              waited_for_workers_s=time.time() - run_started)
+        result = _fit(inputs, storage, use_gpu)
     finally:
         if started_here:
             ray.shutdown()
-    summary = _summary(result, storage, cfg, tokens["data_format"] if tokens else cfg.data)
-    summary["cold_start"] = cold_start.summarize(observed, {
-        "job_started": job_started, "workers_joined": joined, **(summary["cold_start"] or {})})
-    if summary["stopped"]:
-        raise JobError(summary["stopped"])
+    summary = _summary(result, storage, cfg, data.data_format if data else cfg.data)
+    summary = dataclasses.replace(summary, cold_start=cold_start.summarize(observed, {
+        "job_started": job_started, "workers_joined": joined, **(summary.cold_start or {})}))
+    if summary.stopped:
+        raise JobError(summary.stopped)
     return summary
-
-
-def _check_model_and_data(cfg: TrainConfig) -> int | None:
-    """Fail before Ray starts: model reachable, tokenizer for text, seq_len within positions."""
-    vocab = None
-    if cfg.data not in RANDOM_DATA:
-        if not _data_exists(cfg.data):
-            raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
-                            f"{RANDOM_DATA})")
-        tok_name = tokenizer_name(cfg)
-        if is_builtin(tok_name) and tok_name != BYTES:
-            raise ModelError(f"--data text needs a tokenizer: pass --tokenizer (a Hugging Face id "
-                             f"or directory) with the built-in shape {cfg.model!r}")
-        tok_vocab = _tokenizer_vocab(tok_name)  # loads it: a bad --tokenizer fails here
-        vocab = tok_vocab if is_builtin(cfg.model) else None
-    config = model_config(cfg.model, vocab)
-    limit = max_positions(config)
-    if limit and cfg.seq_len > limit:
-        raise ConfigError([f"--seq-len {cfg.seq_len} is beyond the model's {limit} positions "
-                           f"(max_position_embeddings); use --seq-len {limit} or less"])
-    _check_memory_budget(cfg, config)
-    return vocab
-
-
-def _check_memory_budget(cfg: TrainConfig, config) -> None:
-    """A micro-batch that cannot fit --memory-budget-gib even with activation checkpointing is
-    refused here, not met as a CUDA out-of-memory error inside a worker."""
-    if cfg.memory_budget_gib is None:
-        return
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from training.step.memory import Footprint, cannot_fit, plan_batch
-    from training.model.model import count_params
-
-    with torch.device("meta"):
-        num_params = count_params(AutoModelForCausalLM.from_config(config))
-    # Plain FSDP unless --hsdp-replicas says otherwise: the driver does not know the nodes yet;
-    # each worker checks again with the mesh it builds (engine.resolve_plan).
-    shard = max(1, cfg.num_workers // (cfg.hsdp_replicas or 1))
-    fp = Footprint(config, num_params, shard, int(cfg.memory_budget_gib * 2**30),
-                   compiled=cfg.compile is not False, world=cfg.num_workers)  # a budget: GPUs
-    micro, accum = plan_batch(cfg, fp, cfg.num_workers)  # the smallest plan when nothing fits
-    if (why := cannot_fit(fp, cfg, micro_batch=micro, grad_accum=accum)):
-        raise ConfigError([f"{why} (--memory-budget-gib {cfg.memory_budget_gib})"])
-
-
-def _data_exists(uri: str) -> bool:
-    return "://" in uri or Path(uri).exists()
-
-
-def _tokenizer_vocab(name: str) -> int:
-    try:
-        return encoder(name).vocab_size()
-    except (OSError, ValueError) as e:
-        raise ModelError(f"--tokenizer {name!r}: cannot load it ({str(e).splitlines()[0]})") from None
-
-
-def _check_resume(cfg: TrainConfig, storage: Storage, data_id: str) -> None:
-    """Before Ray starts: refuse to resume a run on other data, and say now how its saved
-    learning-rate schedule will continue."""
-    from training.run.checkpoint import STATE_FILE, CheckpointError, RunState, latest
-    from training.run.loop import start_state
-
-    ckpt = latest(storage.filesystem, storage.run_dir(cfg.name), None)
-    if ckpt is None:
-        return
-    with storage.filesystem.open_input_stream(f"{ckpt.path}/{STATE_FILE}") as f:
-        text = f.read().decode()
-    try:
-        notes = start_state(cfg, RunState.from_json(text, storage.display(ckpt.path)), data_id)[2]
-    except CheckpointError as e:
-        raise DataError(str(e)) from None
-    for note in notes:
-        print(f"WARNING: {note}", file=sys.stderr)
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dict],
@@ -200,6 +133,8 @@ def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dic
     """Wait up to `wait_s` seconds, with a progress line per poll, until the Ray cluster has a
     slot for every worker (instead of Ray Train waiting forever); returns the seconds waited.
     With `wait_s` 0 (a local Ray) a shortfall fails at once."""
+    from training.head import scaleup
+
     kind = "GPU" if use_gpu else "CPU"
     start = time.monotonic()
     while (have := int(resources().get(kind, 0))) < cfg.num_workers:
@@ -230,18 +165,18 @@ def _run_started_at(job_started: float) -> float:
         return job_started
 
 
-def _fit(cfg: TrainConfig, storage: Storage, vocab: int | None, use_gpu: bool,
-         tokens: dict | None, clock: dict):
+def _fit(inputs: WorkerInputs, storage: Storage, use_gpu: bool):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
 
     from training.run.loop import train_func
+    from training.storage import s3_env
 
+    cfg = inputs.cfg
     trainer = TorchTrainer(
         train_func,
-        train_loop_config={"train": cfg.to_dict(), "vocab_size": vocab, "tokens": tokens,
-                           **clock},
+        train_loop_config=inputs.as_loop_config(),
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
         run_config=RunConfig(name=cfg.name, storage_path=storage.path,
                              storage_filesystem=storage.filesystem,
@@ -265,47 +200,23 @@ def _root_cause(e: BaseException) -> str:
     return (ours or lines or [type(e).__name__])[-1]
 
 
-def _summary(result, storage: Storage, cfg: TrainConfig, data_format: str) -> dict:
-    """The run's last metrics, which rank 0 writes to the run directory (Ray's Result keeps only
-    checkpointed reports), plus the newest complete checkpoint and its size."""
+def _summary(result, storage: Storage, cfg: TrainConfig, data_format: str) -> RunSummary:
+    """The summary rank 0 wrote to the run directory (Ray's Result keeps only checkpointed
+    reports), with the data format and the newest complete checkpoint and its size."""
+    import dataclasses
+
     from training.run.checkpoint import latest
-    from training.network.device_time import LINK_FIELDS
-    from training.step.engine import Plan
+    from training.run.handoff import SUMMARY_FILE, RunSummary
     from training.run.run_files import RunFiles
 
     run_dir = storage.run_dir(cfg.name)
-    m = RunFiles(storage.filesystem, run_dir).read_json("summary.json") or {}
+    text = RunFiles(storage.filesystem, run_dir).read_bytes(SUMMARY_FILE).decode()
     ckpt = latest(storage.filesystem, run_dir, result.checkpoint)
-    return {
-        "steps": m.get("step"),
-        "first_loss": m.get("first_loss"),  # the run's first step, across resumes
-        "last_loss": m.get("loss"),
-        "data_format": data_format,  # text, prompt-completion, messages, or random/repeat
-        "first_eval_loss": m.get("first_eval_loss"),  # before the first step
-        "eval_loss": m.get("eval_loss"),  # the last evaluation's
-        "tokens_per_s": m.get("run_tokens_per_s"),  # steps only (first step and saves left out)
-        "tokens_per_s_with_checkpoints": m.get("run_tokens_per_s_with_checkpoints"),
-        "mfu": m.get("mfu"),
-        "peak_mem_gib": m.get("peak_mem_gib"),
-        "world_size": m.get("world_size"),
-        "resumed_from_step": m.get("resumed_from_step"),
-        "waited_for_workers_s": m.get("waited_for_workers_s"),
-        "time_to_first_step_s": m.get("time_to_first_step_s"),
-        "cold_start": m.get("cold_start_marks"),  # the loop's milestones; run() makes the phases
-        "checkpoint": storage.display(ckpt.path) if ckpt else None,
-        "checkpoint_gib": _size_gib(storage.filesystem, ckpt.path) if ckpt else None,
-        "run_dir": storage.display(run_dir),
-        "nccl_transport": m.get("nccl_transport"),
-        "efa_preflight": m.get("efa_preflight"),
-        "stopped": m.get("stopped"),  # why the run ended early (a non-finite loss), if it did
-        "export_path": m.get("export_path"),  # the Hugging Face model directory, when exported
-        "mlflow_run_id": m.get("mlflow_run_id"),
-        "mlflow_error": m.get("mlflow_error"),  # why tracking stopped (training went on)
-        "load_s": m.get("load_s"),  # pretrained weights: read on rank 0, broadcast, sharded
-        "load_host_rss_gib": m.get("load_host_rss_gib"),  # peak host RSS per rank after it
-        **{f.name: m.get(f.name) for f in dataclasses.fields(Plan)},  # what the defaults chose
-        **{k: m.get(k) for k in LINK_FIELDS},  # is the link the bottleneck?
-    }
+    return dataclasses.replace(
+        RunSummary.from_json(text) if text else RunSummary(), data_format=data_format,
+        checkpoint=storage.display(ckpt.path) if ckpt else None,
+        checkpoint_gib=_size_gib(storage.filesystem, ckpt.path) if ckpt else None,
+        run_dir=storage.display(run_dir))
 
 
 def _size_gib(fs, path: str) -> float:

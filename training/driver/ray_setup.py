@@ -1,5 +1,5 @@
 """Ray start-up shared by the job (`python -m training`) and the benchmark (`python -m bench`):
-the local Ray's worker environment and start, and a worker's rank and device."""
+the local Ray's worker environment and start (a worker's rank and device: `training.run.worker`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # training/driver/ray_setup.py
 
 
 def worker_env() -> dict[str, str]:
@@ -27,15 +27,3 @@ def init_ray(address: str | None) -> None:
     ray.init(num_cpus=(os.cpu_count() or 2) + 2, logging_level=logging.ERROR,
              runtime_env={"env_vars": worker_env()})
 
-
-def worker_context():
-    """(world rank, world size, local rank, device) of this Ray Train worker, device made current."""
-    import ray.train
-    import ray.train.torch
-    import torch
-
-    ctx = ray.train.get_context()
-    device = ray.train.torch.get_device()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    return ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank(), device

@@ -10,8 +10,10 @@ import torch.distributed as dist
 
 from training.config import TrainConfig
 from training.data.packing import Batch, Samples
+from training.data.prepare import EvalSet
 from training.step.engine import Engine
 from training.model.loss import label_count
+from training.step.memory import BatchPlan
 
 
 class Evaluator:
@@ -21,13 +23,13 @@ class Evaluator:
         self.batches, self.every, self.steps = batches, every, steps
 
     @classmethod
-    def for_run(cls, fs, evaluated: dict | None, cfg: TrainConfig, rank: int,
-                world: int) -> "Evaluator | None":
-        """None when the run has no evaluation set (prepare.py's `eval` entry)."""
-        if not evaluated:
+    def for_run(cls, fs, evaluated: EvalSet | None, cfg: TrainConfig, batch: BatchPlan,
+                rank: int, world: int) -> "Evaluator | None":
+        """None when the run has no evaluation set (PreparedData.eval)."""
+        if evaluated is None:
             return None
-        samples = Samples(fs, evaluated["directory"], evaluated["file"], evaluated["count_key"])
-        return cls(samples.eval_batches(rank=rank, world=world, batch=cfg.micro_batch_size),
+        samples = Samples(fs, evaluated.directory, evaluated.file, evaluated.count_key)
+        return cls(samples.eval_batches(rank=rank, world=world, batch=batch.micro_batch_size),
                    cfg.eval_every, cfg.steps)
 
     def due(self, step: int) -> bool:

@@ -12,12 +12,12 @@ from torch.distributed.tensor import DTensor
 from transformers import PretrainedConfig
 
 from training.model import loading
-from training.config import ConfigError, TrainConfig
+from training.config import TrainConfig
 from training.data.packing import Batch
 from training.model.loss import label_count
 from training.step.metrics import flops_per_token
 from training.model.model import CausalLMWithLoss, build_model, count_params, is_builtin
-from training.step.memory import Footprint, cannot_fit, fits, plan_batch
+from training.step.memory import BatchPlan, Footprint, fits, plan_batch
 from training.step.mesh import build_mesh
 from training.step.parallelize import shard_model
 from training.step.schedule import Schedule
@@ -34,6 +34,11 @@ class Plan:
     mesh: str  # replicas x shard group size: "1x8" is plain FSDP, "2x4" HSDP over two nodes
     reduce_dtype: str
     accum_dtype: str  # what the unsharded gradients accumulate in across micro-batches
+
+    @property
+    def batch(self) -> BatchPlan:
+        """The batch part of the plan (memory.plan_batch's), what the loop and evaluation read."""
+        return BatchPlan(self.micro_batch_size, self.grad_accum)
 
 
 @dataclass
@@ -84,10 +89,9 @@ def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_g
     fits without checkpointing; compile on GPU, where eager Hugging Face layers under FSDP2 are
     CPU-bound (bench/NOTES.md), not on CPU, where compiling costs more than a laptop run gains.
     Explicit settings always win."""
-    micro, accum = plan_batch(cfg, fp, world)
     # Over the whole limit even at the frugal end: certain OOM, refused with the fix instead.
-    if (why := cannot_fit(fp, cfg, micro_batch=micro, grad_accum=accum, headroom=1.0)):
-        raise ConfigError([why])
+    batch = plan_batch(cfg, fp, world, headroom=1.0)
+    micro, accum = batch.micro_batch_size, batch.grad_accum
     checkpointing = cfg.activation_checkpointing
     if checkpointing is None:
         checkpointing = not fits(fp, cfg, micro_batch=micro, grad_accum=accum)

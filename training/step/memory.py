@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from transformers import PretrainedConfig
 
 from training.config import TrainConfig
+from training.errors import ConfigError
 
 HEADROOM = 0.9
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
@@ -157,24 +158,50 @@ def cannot_fit(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum:
             f"the {fp.limit_bytes / 2**30:.1f} GiB available; lower {fix}")
 
 
-def plan_batch(cfg: TrainConfig, fp: Footprint, world: int) -> tuple[int, int]:
-    """(micro-batch, accumulation) for --tokens-per-step, or the flags' own when it is not set.
+@dataclass(frozen=True)
+class BatchPlan:
+    """Micro-batch size and accumulation steps per optimizer step: decided once (`plan_batch`) and
+    read by the driver's check, the engine, the loop and the evaluation."""
+    micro_batch_size: int
+    grad_accum: int
+
+    def samples_per_step(self, world: int) -> int:
+        """Samples every rank together consumes in one optimizer step."""
+        return world * self.grad_accum * self.micro_batch_size
+
+    def tokens_per_step(self, seq_len: int, world: int) -> int:
+        return self.samples_per_step(world) * seq_len
+
+
+def plan_batch(cfg: TrainConfig, fp: Footprint, world: int, *, headroom: float = HEADROOM,
+               note: str = "") -> BatchPlan:
+    """The batch plan for --tokens-per-step, or the flags' own when it is not set; refused with
+    the fix (`cannot_fit`, `note` appended) when it cannot fit in `headroom` of the limit even at
+    the frugal end of every lever.
 
     The largest micro-batch that divides the worker's sequences per step and fits without
     activation checkpointing wins (fewer, larger micro-batches: larger GEMMs, fewer launches; the
     communication happens once per step either way); if none does, the largest that fits with
-    checkpointing; micro-batch 1 if nothing fits (the run then reports its memory).
+    checkpointing; micro-batch 1 if nothing fits (then refused, or it fits only past 90%).
     """
+    plan = _choose_batch(cfg, fp, world)
+    if (why := cannot_fit(fp, cfg, micro_batch=plan.micro_batch_size,
+                          grad_accum=plan.grad_accum, headroom=headroom)):
+        raise ConfigError([why + note])
+    return plan
+
+
+def _choose_batch(cfg: TrainConfig, fp: Footprint, world: int) -> BatchPlan:
     if cfg.tokens_per_step is None:
-        return cfg.micro_batch_size, cfg.grad_accum
+        return BatchPlan(cfg.micro_batch_size, cfg.grad_accum)
     sequences = max(1, cfg.tokens_per_step // (cfg.seq_len * world))
     sizes = [m for m in range(sequences, 0, -1) if sequences % m == 0]
     explicit = cfg.activation_checkpointing
     for checkpointing in (False, True) if explicit is None else (explicit,):
         for m in sizes:
             if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
-                return m, sequences // m
-    return 1, sequences
+                return BatchPlan(m, sequences // m)
+    return BatchPlan(1, sequences)
 
 
 def _from_inputs(inputs: dict) -> tuple[Footprint, dict]:

@@ -1,9 +1,11 @@
-"""The real job on a local Ray with real torch (gloo on CPU): learning, resume, faults, data, S3."""
+"""The real job on a local Ray with real torch (gloo on CPU): learning, resume (on S3), faults,
+data, the export to S3."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from tests.training.conftest import free_port
 from training.driver import cli
 from training.head import kube_api
 from training.run import checkpoint
+from training.run.handoff import RunSummary
 from training.config import ConfigError, TrainConfig
 from training.data.synthetic import SHIPPED
 from training.step.engine import lr_at
@@ -26,7 +29,7 @@ from workloads.rbac import head_rbac
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 
-def run(tmp_path, *flags: str) -> dict:
+def run(tmp_path, *flags: str) -> RunSummary:
     return cli.run(cli.parse(["--local", "--storage-path", str(tmp_path / "runs"), *flags]))
 
 
@@ -52,53 +55,60 @@ def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path,
         s = run(tmp_path, "--data", "repeat", "--steps", "30", "--lr", "1e-2", "--seq-len", "64",
                 "--log-every", "10")
     # The phases run from the RayJob's creation through the loop's own milestones.
-    phases = [p["phase"] for p in s["cold_start"]["phases"]]
+    phases = [p["phase"] for p in s.cold_start["phases"]]
     assert phases[0] == "RayJob to Ray cluster pods created"
     assert phases[-4:] == ["Ray Train starts its workers", "NCCL initialised",
                            "model and data ready", "first optimizer step"]
-    assert s["cold_start"]["total_s"] >= 600 and s["cold_start"]["gpu_node_usd"] > 0
-    assert s["steps"] == 30 and s["world_size"] == 2
-    assert "Connection" in s["mlflow_error"] and s["mlflow_run_id"] is None  # said, not fatal
-    assert s["last_loss"] < 0.5 * s["first_loss"], s
+    assert s.cold_start["total_s"] >= 600 and s.cold_start["gpu_node_usd"] > 0
+    assert s.steps == 30 and s.world_size == 2
+    assert "Connection" in s.mlflow_error and s.mlflow_run_id is None  # said, not fatal
+    assert s.last_loss < 0.5 * s.first_loss, s
     # Time to first step counts from the run's start, and the workers' wait is part of it.
-    assert 100 <= s["waited_for_workers_s"] < s["time_to_first_step_s"], s
+    assert 100 <= s.waited_for_workers_s < s.time_to_first_step_s, s
     assert (tmp_path / "runs/qwen-fsdp/metrics.png").stat().st_size > 0
-    assert s["data_format"] == "repeat"
+    assert s.data_format == "repeat"
     assert "for transport and throughput checks only" in capsys.readouterr().out
 
 
-def test_rerun_resumes_continues_steps_schedule_first_loss_and_mlflow_run_skipping_torn_saves(
-        tmp_path, mlflow_server):
-    flags = ["--checkpoint-every", "2", "--log-every", "1", "--warmup-steps", "2",
-             "--mlflow-tracking-uri", mlflow_server]
-    first = run(tmp_path, "--steps", "4", *flags)
-    assert first["resumed_from_step"] is None and first["checkpoint"].endswith("step0000004")
-    assert 0 < first["checkpoint_gib"] < 0.01
-    assert 0 < first["tokens_per_s_with_checkpoints"] < first["tokens_per_s"]
-    # A later save killed mid-upload: files on storage, never marked complete nor registered.
-    torn = tmp_path / "runs/qwen-fsdp/checkpoint-step0000005"
-    torn.mkdir()
-    (torn / "__0_0.distcp").write_bytes(b"partial")
-    second = run(tmp_path, "--steps", "8", *flags)
-    assert second["resumed_from_step"] == 4 and second["steps"] == 8
-    assert second["first_loss"] == first["first_loss"]  # the run's, not the second attempt's
-    kept = sorted(p.name for p in (tmp_path / "runs/qwen-fsdp").glob("checkpoint-step*"))
+def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_skipping_torn_saves(
+        s3_server, mlflow_server):
+    flags = ["--local", "--storage-path", "s3://ckpt/runs", "--checkpoint-every", "2",
+             "--log-every", "1", "--warmup-steps", "2", "--mlflow-tracking-uri", mlflow_server]
+    first = cli.run(cli.parse([*flags, "--steps", "4"]))
+    assert first.resumed_from_step is None
+    assert first.checkpoint == "s3://ckpt/runs/qwen-fsdp/checkpoint-step0000004"
+    assert "runs/qwen-fsdp/checkpoint-step0000004/.metadata" in s3_keys(s3_server)
+    assert 0 < first.checkpoint_gib < 0.01
+    assert 0 < first.tokens_per_s_with_checkpoints < first.tokens_per_s
+    # A later save killed mid-upload: objects on S3, never marked complete nor registered.
+    s3_server.put_object(Bucket="ckpt", Key="runs/qwen-fsdp/checkpoint-step0000005/__0_0.distcp",
+                         Body=b"partial")
+    second = cli.run(cli.parse([*flags, "--steps", "8"]))
+    assert second.resumed_from_step == 4 and second.steps == 8
+    assert second.first_loss == first.first_loss  # the run's, not the second attempt's
+    kept = sorted({k.split("/")[2] for k in s3_keys(s3_server) if "/checkpoint-step" in k})
     # Ray Train keeps the newest 2 it registered; the torn directory is left as it is.
     assert kept == [f"checkpoint-step000000{i}" for i in (5, 6, 8)]
-    rows = read_metrics(tmp_path)
+    metrics = s3_server.get_object(Bucket="ckpt", Key="runs/qwen-fsdp/metrics.csv")
+    rows = list(csv.DictReader(io.StringIO(metrics["Body"].read().decode())))
     assert [int(r["step"]) for r in rows] == list(range(1, 9))
     # Past warmup, the first run ended its decay at step 4: the rerun continues from that rate
     # instead of jumping back up the 8-step schedule.
     lrs = [float(r["lr"]) for r in rows]
     assert lrs[4:] == pytest.approx([lrs[3]] * 4) and lrs[4] < lr_at(5, TrainConfig(steps=8))
     # One MLflow run across both: every step's metrics, the first settings, the changed one.
-    assert first["mlflow_error"] is None and second["mlflow_run_id"] == first["mlflow_run_id"]
-    tracked = mlflow_run(mlflow_server, first["mlflow_run_id"])
+    assert first.mlflow_error is None and second.mlflow_run_id == first.mlflow_run_id
+    tracked = mlflow_run(mlflow_server, first.mlflow_run_id)
     assert tracked["loss"] == [(i, pytest.approx(float(r["loss"]))) for i, r in enumerate(rows, 1)]
     assert [step for step, _ in tracked["grad_norm"]] == list(range(1, 9))
     assert tracked["params"]["steps"] == "4" and tracked["tags"]["resumed.steps"] == "8"
     assert tracked["params"]["micro_batch_size"] == "4" and tracked["status"] == "FINISHED"
     assert {"summary.json", "metrics.png"} <= tracked["artifacts"]
+
+
+def s3_keys(client) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket="ckpt")
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 
 def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_eval_losses(
@@ -110,14 +120,14 @@ def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_e
     # No grace period: the dying rank exits as soon as the save returns, before Ray Train's
     # controller polls and registers the checkpoint; the COMPLETE marker still finds it.
     s = run(tmp_path, *chat, "--max-failures", "1", "--fault-at-step", "4")
-    assert s["steps"] == 6 and s["resumed_from_step"] == 4
+    assert s.steps == 6 and s.resumed_from_step == 4
     # Evaluated before step 1, at 2 and 4 (first attempt) and 6 (after the resume): the same
     # losses as the uninterrupted run, to the bit.
     evals = [{r["step"]: r["eval_loss"] for r in read_metrics(tmp_path, name) if r["eval_loss"]}
              for name in ("straight", "qwen-fsdp")]
     assert list(evals[0]) == ["0", "2", "4", "6"] and evals[0] == evals[1]
-    assert (s["first_eval_loss"], s["eval_loss"]) == (straight["first_eval_loss"],
-                                                      straight["eval_loss"])
+    assert (s.first_eval_loss, s.eval_loss) == (straight.first_eval_loss,
+                                                      straight.eval_loss)
 
 
 def test_worker_killed_during_an_asynchronous_upload_resumes_from_the_save_before(tmp_path):
@@ -125,8 +135,8 @@ def test_worker_killed_during_an_asynchronous_upload_resumes_from_the_save_befor
     # registered, so the retry resumes from step 2 (completed before step 4's save began).
     s = run(tmp_path, "--steps", "6", "--checkpoint-every", "2", "--max-failures", "1",
             "--fault-in-save-at-step", "4", "--log-every", "1")
-    assert s["steps"] == 6 and s["resumed_from_step"] == 2
-    assert s["checkpoint"].endswith("step0000006")
+    assert s.steps == 6 and s.resumed_from_step == 2
+    assert s.checkpoint.endswith("step0000006")
 
 
 def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_path):
@@ -147,29 +157,18 @@ def test_trains_exports_to_s3_and_the_next_run_continues_from_that_export(
     s = cli.run(cli.parse([*text, "--tokenizer", str(tokenizer_dir), "--steps", "12",
                            "--lr", "5e-3", "--log-every", "4", "--export",
                            "--mlflow-tracking-uri", mlflow_server]))
-    assert s["steps"] == 12 and s["last_loss"] < s["first_loss"]
-    assert s["export_path"] == "s3://ckpt/runs/qwen-fsdp/hf_model"
+    assert s.steps == 12 and s.last_loss < s.first_loss
+    assert s.export_path == "s3://ckpt/runs/qwen-fsdp/hf_model"
     keys = {o["Key"] for o in s3_server.list_objects_v2(Bucket="ckpt", Prefix="runs/qwen-fsdp/"
                                                          "hf_model/")["Contents"]}
     assert {f"runs/qwen-fsdp/hf_model/{f}" for f in ("COMPLETE", "model.safetensors",
             "config.json", "generation_config.json", "tokenizer.json")} <= keys
-    assert mlflow_run(mlflow_server, s["mlflow_run_id"])["tags"]["export_path"] == s["export_path"]
+    assert mlflow_run(mlflow_server, s.mlflow_run_id)["tags"]["export_path"] == s.export_path
     # The export as --model: rank 0 reads it from S3, the others get their shards from rank 0.
-    again = cli.run(cli.parse([*text, "--model", s["export_path"] + "/", "--steps", "2",
+    again = cli.run(cli.parse([*text, "--model", s.export_path + "/", "--steps", "2",
                                "--tokenizer", str(tokenizer_dir), "--name", "continued"]))
-    assert again["first_loss"] < s["first_loss"] - 0.5, (s, again)
-    assert len(again["load_host_rss_gib"]) == 2 and again["load_s"] > 0
-
-
-def test_checkpoints_to_s3_and_resumes_from_it(tmp_path, s3_server):
-    flags = ["--local", "--storage-path", "s3://ckpt/runs", "--checkpoint-every", "2"]
-    first = cli.run(cli.parse([*flags, "--steps", "2"]))
-    assert first["checkpoint"] == "s3://ckpt/runs/qwen-fsdp/checkpoint-step0000002"
-    keys = [o["Key"] for o in s3_server.list_objects_v2(Bucket="ckpt")["Contents"]]
-    assert "runs/qwen-fsdp/checkpoint-step0000002/.metadata" in keys
-    assert "runs/qwen-fsdp/metrics.csv" in keys
-    second = cli.run(cli.parse([*flags, "--steps", "4"]))
-    assert second["resumed_from_step"] == 2 and second["steps"] == 4
+    assert again.first_loss < s.first_loss - 0.5, (s, again)
+    assert len(again.load_host_rss_gib) == 2 and again.load_s > 0
 
 
 @pytest.mark.parametrize("flags, message", [

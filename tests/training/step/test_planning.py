@@ -1,10 +1,11 @@
-"""Pure planning pieces of issue 14: the mesh choice, the memory estimate and batch planner, the
+"""Pure planning pieces: the mesh choice, the memory estimate and batch planner, the
 resolved plan, the new settings' validation, and the link report."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from dataclasses import astuple
 
 import pytest
 
@@ -12,8 +13,8 @@ from training.network.bandwidth import bus_factor
 from training.config import ConfigError, TrainConfig
 from training.network.device_time import link_report
 from training.step.engine import Plan, resolve_plan
-from training.step.memory import (FIXED_GIB, HEADROOM, NCCL_GIB, Footprint, estimate_bytes,
-                             estimate_parts, fits, plan_batch)
+from training.step.memory import (FIXED_GIB, HEADROOM, NCCL_GIB, BatchPlan, Footprint,
+                                  estimate_bytes, estimate_parts, fits, plan_batch)
 from training.step.mesh import choose_layout
 from training.model.model import model_config
 
@@ -47,7 +48,7 @@ def _l4(shard: int, **kw) -> tuple[TrainConfig, Footprint]:
 def test_planner_fills_but_never_exceeds_the_l4_budget(reduce_dtype):
     # 2 x g6.12xlarge: 8 workers, HSDP shards over the 4 GPUs of a node, 22 GiB usable per L4.
     cfg, fp = _l4(4, tokens_per_step=8 * 16 * 2048, reduce_dtype=reduce_dtype)
-    micro, accum = plan_batch(cfg, fp, world=8)
+    micro, accum = astuple(plan_batch(cfg, fp, world=8))
     assert micro * accum == 16  # exactly the global batch: 16 sequences per worker
     checkpointing = not fits(fp, cfg, micro_batch=micro, grad_accum=accum)
     need = estimate_bytes(fp, micro_batch=micro, seq_len=2048, grad_accum=accum,
@@ -93,13 +94,13 @@ def test_estimate_counts_the_fused_loss_and_what_lies_outside_torch():
 def test_planner_checkpoints_activations_only_when_no_micro_batch_fits_without():
     cfg, fp = _l4(1, tokens_per_step=2 * 8 * 2048)  # no sharding: 24.7 GB of state alone
     fp = dataclasses.replace(fp, limit_bytes=40 * GIB)
-    micro, accum = plan_batch(dataclasses.replace(cfg, num_workers=2), fp, world=2)
+    micro, accum = astuple(plan_batch(dataclasses.replace(cfg, num_workers=2), fp, world=2))
     assert not fits(fp, cfg, micro_batch=1, grad_accum=8)
     assert fits(fp, cfg, micro_batch=micro, grad_accum=accum, checkpointing=True)
     assert micro > 1  # checkpointing buys a larger micro-batch than 1
     cpu = dataclasses.replace(fp, limit_bytes=None)
-    assert plan_batch(cfg, cpu, world=2) == (8, 1)  # no limit: the whole batch at once
-    assert plan_batch(TrainConfig(micro_batch_size=3, grad_accum=5), cpu, world=2) == (3, 5)
+    assert plan_batch(cfg, cpu, world=2) == BatchPlan(8, 1)  # no limit: the whole batch at once
+    assert plan_batch(TrainConfig(micro_batch_size=3, grad_accum=5), cpu, world=2) == BatchPlan(3, 5)
 
 
 def test_plan_resolves_batch_checkpointing_zero2_and_explicit_settings_win():
@@ -163,13 +164,13 @@ def test_link_report_names_bandwidths_and_exposed_share():
 
 def test_an_explicit_activation_checkpointing_setting_binds_the_planner():
     tokens = 8 * 16 * 2048
-    auto = plan_batch(*_l4(4, tokens_per_step=tokens, reduce_dtype="bf16"), world=8)
+    auto = astuple(plan_batch(*_l4(4, tokens_per_step=tokens, reduce_dtype="bf16"), world=8))
     cfg, fp = _l4(4, tokens_per_step=tokens, reduce_dtype="bf16", activation_checkpointing=True)
-    with_ac = plan_batch(cfg, fp, world=8)
+    with_ac = astuple(plan_batch(cfg, fp, world=8))
     assert with_ac[0] > auto[0]  # checkpointing frees memory for larger micro-batches
     assert fits(fp, cfg, micro_batch=with_ac[0], grad_accum=with_ac[1], checkpointing=True)
     cfg, fp = _l4(4, tokens_per_step=tokens, reduce_dtype="bf16", activation_checkpointing=False)
-    micro, accum = plan_batch(cfg, fp, world=8)
+    micro, accum = astuple(plan_batch(cfg, fp, world=8))
     assert fits(fp, cfg, micro_batch=micro, grad_accum=accum)  # never a plan needing checkpoints
 
 

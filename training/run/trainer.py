@@ -1,0 +1,196 @@
+"""One attempt's step loop, as named steps the way torchtitan's `Trainer.train` reads
+(torchtitan/train.py): step, and at log points check, log (with the evaluation), then save or
+report; the run's last files at the end. The test hooks are called at two named points."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Callable
+
+import ray.train
+import torch
+
+from training.config import TrainConfig
+from training.data.packing import Batch
+from training.network import device_time
+from training.run import checkpoint, export, tracking
+from training.run.evaluate import Evaluator, perplexity
+from training.run.handoff import SUMMARY_FILE, RunSummary
+from training.run.hooks import FaultHooks
+from training.run.progress import NonFiniteError, NonFiniteGuard, StepClock
+from training.run.run_files import RunFiles
+from training.step.engine import Engine, mean_across_ranks, train_step
+from training.step.metrics import mfu, peak_flops
+from training.step.schedule import Schedule
+
+BatchAt = Callable[[int, int, int], Batch | tuple[torch.Tensor, torch.Tensor]]
+"""(step, samples seen before it, micro-batch index) -> this rank's micro-batch."""
+
+
+class Trainer:
+    """The loop's state between steps: the run state, the clock, the guard, the metrics rows not
+    yet in metrics.csv, the saver, and (rank 0) the run files and the tracker."""
+
+    def __init__(self, cfg: TrainConfig, engine: Engine, batch_at: BatchAt,
+                 state: checkpoint.RunState, schedule: Schedule, info: dict, rank: int,
+                 run_started_at: float | None, evaluator: Evaluator | None, hooks: FaultHooks):
+        self.cfg, self.engine, self.batch_at, self.hooks = cfg, engine, batch_at, hooks
+        self.state, self.schedule, self.info, self.rank = state, schedule, info, rank
+        self.run_started_at, self.evaluator = run_started_at, evaluator
+        self.batch, self.world = engine.plan.batch, info["world_size"]
+        on_gpu = engine.device.type == "cuda"
+        self.peak = peak_flops(torch.cuda.get_device_name(engine.device) if on_gpu else None)
+        self.files = RunFiles.from_context() if rank == 0 else None
+        self.tracker = tracking.start(cfg.mlflow_tracking_uri, self.files, cfg.name,
+                                      {**cfg.to_dict(), **dataclasses.asdict(engine.plan)})
+        self.clock = StepClock(self.batch.tokens_per_step(cfg.seq_len, self.world))
+        self.guard = NonFiniteGuard(engine.device)
+        self.pending: list[dict] = []  # metrics rows not yet in metrics.csv
+        self.saved_step = info["resumed_from_step"]
+        self.saver = checkpoint.Saver(cfg.async_checkpoint and bool(cfg.checkpoint_every))
+        self.last: dict = {"step": state.step, "first_loss": state.first_loss, **info}  # no step
+        self.untimed = True  # the window holds the first step (warm-up) or the profiled one
+
+    def train(self) -> None:
+        cfg = self.cfg
+        if self.evaluator and self.state.step == 0:  # before the first step: what training
+            self.evaluate_first()                    # starts from
+        first = self.state.step + 1
+        for step in range(first, cfg.steps + 1):
+            self.hooks.before_step(step, self.engine)
+            loss = self.step(step, profile=step == first + 1)
+            save = bool(cfg.checkpoint_every) and (step == cfg.steps or
+                                                   step % cfg.checkpoint_every == 0)
+            evaluate = self.evaluator is not None and self.evaluator.due(step)
+            if save or evaluate or step in (first, cfg.steps) or step % cfg.log_every == 0:
+                if (stopped := self.check()) is not None:
+                    self.finish({**self.last, "stopped": stopped})
+                    return
+                row = self.log(step, loss, first=step == first, evaluate=evaluate)
+                if save:
+                    self.save(step, row)
+                else:
+                    ray.train.report(row)
+                self.clock.restart()
+                self.untimed = False
+            self.hooks.after_step(step, self.saver)
+        self.saver.wait()
+        self.finish(self.last)
+
+    def evaluate_first(self) -> None:
+        first_eval = self.evaluator.loss(self.engine)
+        self.state = dataclasses.replace(self.state, first_eval_loss=first_eval)
+        self.pending.append({"step": 0, "eval_loss": first_eval})
+        if self.rank == 0:
+            print(f"step 0/{self.cfg.steps}  eval loss {first_eval:.4f}  "
+                  f"perplexity {perplexity(first_eval):.2f}", flush=True)
+
+    def step(self, step: int, profile: bool) -> torch.Tensor:
+        """One optimizer step (no sync); `profile`: the second step of the attempt, warm
+        (compiled, connected), is profiled for where one step's time goes."""
+        micro = [self.batch_at(step, self.state.samples_seen, m)
+                 for m in range(self.batch.grad_accum)]
+        run_step = functools.partial(train_step, self.engine, micro, self.schedule.lr(step),
+                                     self.cfg.grad_clip)
+        if profile:
+            loss, shares = device_time.profile_step(run_step, self.engine.device)
+            self.info.update(shares)
+            self.untimed = True
+            if self.rank == 0:
+                print(device_time.link_report(self.info), flush=True)
+        else:
+            loss = run_step()
+        self.guard.observe(step, loss, self.engine.grad_norm)
+        self.state = dataclasses.replace(self.state, step=step, samples_seen=(
+            self.state.samples_seen + self.batch.samples_per_step(self.world)))
+        self.clock.tick()
+        return loss
+
+    def check(self) -> str | None:
+        """Collective: why the run stops (a non-finite loss or gradient norm), or None."""
+        try:
+            self.guard.check(self.saved_step)
+        except NonFiniteError as e:  # every rank: the check is collective
+            # Not a worker failure: a retry would replay the same samples at the same
+            # learning rate into the same divergence, so the run ends here and says why.
+            self.saver.wait()  # a save in flight is of a good step
+            return str(e)
+        return None
+
+    def log(self, step: int, loss: torch.Tensor, *, first: bool, evaluate: bool) -> dict:
+        """The step's metrics row (evaluated when due): kept for metrics.csv, tracked, printed."""
+        loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
+        if first and self.run_started_at is not None:  # wall clock: the run began on another
+            self.info["time_to_first_step_s"] = time.time() - self.run_started_at  # node
+        if first:
+            self.info["cold_start_marks"]["first_step"] = time.time()
+        step_time = self.clock.lap(untimed=self.untimed)
+        evaluated = {"eval_loss": self.evaluator.loss(self.engine)} if evaluate else {}
+        if self.state.first_loss is None:
+            self.state = dataclasses.replace(self.state, first_loss=loss_value)
+        row = self.last = self._row(step, loss_value, step_time, evaluated)
+        self.pending.append(row)
+        self.tracker.log({k: v for k, v in row.items() if k not in self.info}, step)
+        if self.rank == 0:
+            print(_progress_line(row, self.cfg.steps), flush=True)
+        return row
+
+    def _row(self, step: int, loss_value: float, step_time: float, evaluated: dict) -> dict:
+        tps, device = self.clock.tokens_per_step / step_time, self.engine.device
+        return {
+            "step": step, "loss": loss_value, "first_loss": self.state.first_loss,
+            "lr": self.schedule.lr(step), "grad_norm": float(self.engine.grad_norm),
+            "step_time_s": step_time, "tokens_per_s": tps,
+            "tokens_per_s_per_worker": tps / self.world,
+            "mfu": mfu(tps / self.world, self.engine.flops_per_token, self.peak),
+            "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30
+            if device.type == "cuda" else None,
+            "run_tokens_per_s": self.clock.run_rate(fallback=tps),
+            "run_tokens_per_s_with_checkpoints": self.clock.wall_rate(),
+            "first_eval_loss": self.state.first_eval_loss, **evaluated,
+            **self.info,
+        }
+
+    def save(self, step: int, row: dict) -> None:
+        if self.files:
+            self.files.append_metrics(self.pending)
+            self.pending = []
+        self.saver.save(self.engine, self.state, row)
+        self.saved_step = step
+
+    def finish(self, last: dict) -> None:
+        """Collective: the run's last files. Only a run that did not stop early is exported; the
+        summary goes to the tracker (with the plot and the export's path) before it is written."""
+        stopped = last.get("stopped")
+        path = export.export(self.engine, self.cfg, self.files) \
+            if self.cfg.export and not stopped else None
+        if self.files is None:
+            return
+        self.files.append_metrics(self.pending)
+        self.files.plot()
+        summary = summarize(last, path)
+        self.tracker.finish({SUMMARY_FILE: summary.to_json().encode(),
+                             "metrics.png": self.files.read_bytes("metrics.png")},
+                            {"export_path": path} if path else {}, failed=bool(stopped))
+        self.files.write_json(SUMMARY_FILE, dataclasses.replace(
+            summary, **self.tracker.summary()).to_dict())
+
+
+def summarize(last: dict, export_path: str | None) -> RunSummary:
+    """The run summary from the last metrics row (with the run's facts): the run's rates, not
+    the last window's."""
+    return RunSummary.pick({
+        **last, "steps": last["step"], "last_loss": last.get("loss"),
+        "tokens_per_s": last.get("run_tokens_per_s"),
+        "tokens_per_s_with_checkpoints": last.get("run_tokens_per_s_with_checkpoints"),
+        "cold_start": last.get("cold_start_marks"), "export_path": export_path})
+
+
+def _progress_line(row: dict, steps: int) -> str:
+    mfu_text = f"  mfu {row['mfu']:.3f}" if row["mfu"] is not None else ""
+    eval_text = (f"  eval loss {row['eval_loss']:.4f}  perplexity "
+                 f"{perplexity(row['eval_loss']):.2f}" if "eval_loss" in row else "")
+    return (f"step {row['step']}/{steps}  loss {row['loss']:.4f}  lr {row['lr']:.2e}  "
+            f"tokens/s {row['tokens_per_s']:,.0f}{mfu_text}{eval_text}")
