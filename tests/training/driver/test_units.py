@@ -51,10 +51,25 @@ def test_qwen_shape_param_count_and_flops_per_token():
     with torch.device("meta"):
         n = count_params(build_model("qwen2.5-1.5b", config, seed=0, device=torch.device("meta")))
     assert n == 1_543_714_304  # Qwen2.5-1.5B, tied LM head counted once
-    fpt = flops_per_token(n, 28, 1536, 2048)
-    assert fpt == 6 * n + 12 * 28 * 1536 * 2048
-    assert mfu(10_000, fpt, peak_flops("NVIDIA H200")) == pytest.approx(10_000 * fpt / 989e12)
-    assert mfu(10_000, fpt, peak_flops(None)) is None  # CPU: no MFU rather than a made-up one
+    # The datasheets' dense bf16 peaks (H200 SXM, L4), and no MFU rather than a made-up one on CPU.
+    assert peak_flops("NVIDIA H200") == 989e12 and peak_flops("NVIDIA L4") == 121e12
+    assert mfu(10_000, 1e9, peak_flops(None)) is None
+
+
+def test_flops_per_token_matches_what_torch_counts_in_a_training_step():
+    """torch's own FLOP counter over one forward and backward of the tiny shape (eager attention,
+    so the S x S matmuls are counted too) agrees with the 6N + 12LHS formula MFU is built on."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForCausalLM
+
+    config, seq = model_config("tiny"), 256
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    ids = torch.randint(0, config.vocab_size, (1, seq))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, use_cache=False).logits.float().pow(2).mean().backward()
+    per_token = flops_per_token(count_params(model), config.num_hidden_layers,
+                                config.hidden_size, seq)
+    assert per_token == pytest.approx(counter.get_total_flops() / seq, rel=0.01)
 
 
 def test_random_batches_are_deterministic_per_rank_and_step():
