@@ -8,8 +8,11 @@ pull-through-cache-iam) besides the pull permissions of AmazonEC2ContainerRegist
 node roles get exactly those two, on this rule's repositories only. ECR Public needs no upstream
 credentials (ECR user guide, pull-through-cache, supported upstream registries).
 
-ECR creates the cached repositories itself, so `pulumi destroy` deletes the rule but leaves them
-(and their storage bill): README says how to delete them."""
+ECR creates the cached repositories itself, so `pulumi destroy` deletes the rule but leaves them:
+they are no resources of the stack. A repository creation template for the rule's prefix, applied
+for PULL_THROUGH_CACHE, gives each of them, when ECR creates it, a lifecycle policy that bounds
+its storage and the stack's tags (ECR user guide, repository-creation-templates; tags need a role
+ECR assumes, repository-creation-templates-create-iam). README says how to delete them."""
 
 from __future__ import annotations
 
@@ -18,8 +21,13 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from infra.policies import assume_role
 from stack.config import StackConfig
 from stack.images import ECR_PUBLIC, cache_prefix, cache_repository
+
+# A cached image no node pulled for this many days expires; a later pull imports it again from
+# ECR Public through the rule. Every run pulls the image it uses, so only images no run uses go.
+UNPULLED_DAYS = 30
 
 
 def first_pull_policy(partition: str, region: str, account: str, prefix: str) -> dict:
@@ -27,6 +35,25 @@ def first_pull_policy(partition: str, region: str, account: str, prefix: str) ->
     return {"Version": "2012-10-17", "Statement": [{
         "Effect": "Allow",
         "Action": ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"],
+        "Resource": f"arn:{partition}:ecr:{region}:{account}:repository/{prefix}/*"}]}
+
+
+def cache_lifecycle_policy() -> dict:
+    """The lifecycle policy of every cache repository (ECR user guide, lifecycle_policy_examples:
+    countType sinceImagePulled)."""
+    return {"rules": [{
+        "rulePriority": 1,
+        "description": f"expire images no node pulled for {UNPULLED_DAYS} days",
+        "selection": {"tagStatus": "any", "countType": "sinceImagePulled", "countUnit": "days",
+                      "countNumber": UNPULLED_DAYS},
+        "action": {"type": "expire"}}]}
+
+
+def creation_role_policy(partition: str, region: str, account: str, prefix: str) -> dict:
+    """What ECR needs to create a tagged repository under the prefix
+    (repository-creation-templates-custom, without the replication and KMS actions)."""
+    return {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Action": ["ecr:CreateRepository", "ecr:TagResource"],
         "Resource": f"arn:{partition}:ecr:{region}:{account}:repository/{prefix}/*"}]}
 
 
@@ -47,7 +74,28 @@ class ImageCache(pulumi.ComponentResource):
             policy=role.arn.apply(lambda arn: json.dumps(first_pull_policy(
                 arn.split(":")[1], cfg.region, arn.split(":")[4], prefix))),
             opts=pulumi.ResourceOptions(parent=self)) for i, role in enumerate(node_roles)]
+        template = self._creation_template(name, cfg, prefix)
         self.repository: pulumi.Output[str] = pulumi.Output.all(
-            rule.registry_id, *[p.id for p in policies]).apply(
+            rule.registry_id, template.id, *[p.id for p in policies]).apply(
                 lambda values: cache_repository(values[0], cfg.region, prefix))
         self.register_outputs({"repository": self.repository})
+
+    def _creation_template(self, name: str, cfg: StackConfig,
+                           prefix: str) -> aws.ecr.RepositoryCreationTemplate:
+        """Before the first pull, so the first repository gets it (it applies at creation only)."""
+        child = pulumi.ResourceOptions(parent=self)
+        role_arn = None
+        if cfg.tags:
+            role = aws.iam.Role(f"{name}-repository-creation",
+                                assume_role_policy=json.dumps(assume_role("ecr.amazonaws.com")),
+                                tags=dict(cfg.tags), opts=child)
+            policy = aws.iam.RolePolicy(
+                f"{name}-repository-creation", role=role.name,
+                policy=role.arn.apply(lambda arn: json.dumps(creation_role_policy(
+                    arn.split(":")[1], cfg.region, arn.split(":")[4], prefix))), opts=child)
+            role_arn = pulumi.Output.all(role.arn, policy.id).apply(lambda v: v[0])
+        return aws.ecr.RepositoryCreationTemplate(
+            f"{name}-repositories", prefix=prefix, applied_fors=["PULL_THROUGH_CACHE"],
+            description=f"repositories of the {ECR_PUBLIC} pull-through cache of {cfg.name}",
+            lifecycle_policy=json.dumps(cache_lifecycle_policy()),
+            resource_tags=dict(cfg.tags) or None, custom_role_arn=role_arn, opts=child)
