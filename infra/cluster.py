@@ -46,7 +46,8 @@ class Cluster(pulumi.ComponentResource):
         # The aws.eks.Cluster inside the component, from the component's own output: unknown in
         # a preview of a new cluster, known once it exists, on every engine. (An invoke after
         # the component would run before the cluster exists on engines before 3.256.0, which
-        # gate invokes only on a component's Python-side children: pulumi/runtime/invoke.py.)
+        # gate invokes only on a component's Python-side children: pulumi/runtime/invoke.py;
+        # pulumi-eks's examples/cluster-py reads `eks_cluster.version` the same way.)
         # Its vpc_config names the EKS-managed cluster security group, which allows all traffic
         # to and from itself (pulumi-eks's own cluster_security_group_id is another group).
         self.info = self.eks.eks_cluster

@@ -30,12 +30,27 @@ from stack.images import ECR_PUBLIC, cache_prefix, cache_repository
 UNPULLED_DAYS = 30
 
 
-def first_pull_policy(partition: str, region: str, account: str, prefix: str) -> dict:
-    """Import an upstream image into, and create, the cache's repositories and nothing else."""
+# The first pull through the rule imports the upstream image into, and creates, a repository
+# (pull-through-cache-iam); ECR itself creates a tagged repository with the template's role
+# (repository-creation-templates-custom, without the replication and KMS actions).
+FIRST_PULL_ACTIONS = ("ecr:BatchImportUpstreamImage", "ecr:CreateRepository")
+CREATION_ACTIONS = ("ecr:CreateRepository", "ecr:TagResource")
+
+
+def repositories_policy(actions: tuple[str, ...], partition: str, region: str, account: str,
+                        prefix: str) -> dict:
+    """`actions` on the cache's repositories (under the rule's prefix) and nothing else."""
     return {"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow",
-        "Action": ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"],
+        "Effect": "Allow", "Action": list(actions),
         "Resource": f"arn:{partition}:ecr:{region}:{account}:repository/{prefix}/*"}]}
+
+
+def _role_policy(name: str, role: aws.iam.Role, actions: tuple[str, ...], region: str,
+                 prefix: str, opts: pulumi.ResourceOptions) -> aws.iam.RolePolicy:
+    """The role's own ARN names the partition and account (the rule's registry_id too)."""
+    return aws.iam.RolePolicy(name, role=role.name, policy=role.arn.apply(
+        lambda arn: json.dumps(repositories_policy(actions, arn.split(":")[1], region,
+                                                   arn.split(":")[4], prefix))), opts=opts)
 
 
 def cache_lifecycle_policy() -> dict:
@@ -49,14 +64,6 @@ def cache_lifecycle_policy() -> dict:
         "action": {"type": "expire"}}]}
 
 
-def creation_role_policy(partition: str, region: str, account: str, prefix: str) -> dict:
-    """What ECR needs to create a tagged repository under the prefix
-    (repository-creation-templates-custom, without the replication and KMS actions)."""
-    return {"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Action": ["ecr:CreateRepository", "ecr:TagResource"],
-        "Resource": f"arn:{partition}:ecr:{region}:{account}:repository/{prefix}/*"}]}
-
-
 class ImageCache(pulumi.ComponentResource):
     """`repository`: where images pulled through the rule live, resolved only once the rule and
     the node roles' permissions exist, so whatever pulls through it waits for both."""
@@ -68,12 +75,9 @@ class ImageCache(pulumi.ComponentResource):
         rule = aws.ecr.PullThroughCacheRule(
             f"{name}-ecr-public", ecr_repository_prefix=prefix, upstream_registry_url=ECR_PUBLIC,
             opts=pulumi.ResourceOptions(parent=self))
-        policies = [aws.iam.RolePolicy(
-            f"{name}-first-pull-{i}", role=role.name,
-            # The role's own ARN names the partition and account (the rule's registry_id too).
-            policy=role.arn.apply(lambda arn: json.dumps(first_pull_policy(
-                arn.split(":")[1], cfg.region, arn.split(":")[4], prefix))),
-            opts=pulumi.ResourceOptions(parent=self)) for i, role in enumerate(node_roles)]
+        policies = [_role_policy(f"{name}-first-pull-{i}", role, FIRST_PULL_ACTIONS, cfg.region,
+                                 prefix, pulumi.ResourceOptions(parent=self))
+                    for i, role in enumerate(node_roles)]
         template = self._creation_template(name, cfg, prefix)
         self.repository: pulumi.Output[str] = pulumi.Output.all(
             rule.registry_id, template.id, *[p.id for p in policies]).apply(
@@ -89,10 +93,8 @@ class ImageCache(pulumi.ComponentResource):
             role = aws.iam.Role(f"{name}-repository-creation",
                                 assume_role_policy=json.dumps(assume_role("ecr.amazonaws.com")),
                                 tags=dict(cfg.tags), opts=child)
-            policy = aws.iam.RolePolicy(
-                f"{name}-repository-creation", role=role.name,
-                policy=role.arn.apply(lambda arn: json.dumps(creation_role_policy(
-                    arn.split(":")[1], cfg.region, arn.split(":")[4], prefix))), opts=child)
+            policy = _role_policy(f"{name}-repository-creation", role, CREATION_ACTIONS,
+                                  cfg.region, prefix, child)
             role_arn = pulumi.Output.all(role.arn, policy.id).apply(lambda v: v[0])
         return aws.ecr.RepositoryCreationTemplate(
             f"{name}-repositories", prefix=prefix, applied_fors=["PULL_THROUGH_CACHE"],

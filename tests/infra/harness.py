@@ -71,7 +71,7 @@ class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
             for value in resolved.object.fields.values():
                 plain_inputs.resolve_output_values(value)
             request = resolved
-        self.recorder.registering = self.make_urn(request.parent, request.type, request.name)
+        self.recorder.registering.urn = self.make_urn(request.parent, request.type, request.name)
         self.recorder.secret_inputs[request.name] = {  # what the state would hold encrypted
             k for k, v in json_format.MessageToDict(request.object).items()
             if isinstance(v, dict) and v.get(rpc._special_sig_key) == rpc._special_secret_sig}

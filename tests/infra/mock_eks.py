@@ -94,8 +94,10 @@ class EksAccount:
         registered with the monitor so that the SDK's getResource finds it."""
         if name not in self.clusters:
             return
-        urn = component_urn.replace("eks:index:Cluster::", "eks:index:Cluster$aws:eks/cluster:"
-                                    "Cluster::", 1) + "-eksCluster"
+        stack, project, typ, component = component_urn.split("::")
+        assert typ.endswith("eks:index:Cluster"), component_urn  # this thread's registration
+        urn = "::".join([stack, project, f"{typ}$aws:eks/cluster:Cluster",
+                         f"{component}-eksCluster"])
         state = {"name": name, "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{name}",
                  "endpoint": "https://eks.example", "certificateAuthority": {"data": "Y2E="},
                  "vpcConfig": {"clusterSecurityGroupId": "sg-eks-managed"}}

@@ -10,6 +10,7 @@ their dependencies (`gates_invokes`, as from 3.256.0) or, as older ones, does no
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import pulumi
@@ -80,7 +81,9 @@ class RecordingMocks(EksAccount, pulumi.runtime.Mocks):
         self.parents: dict[str, str | None] = {}
         self.ignore_changes: dict[str, list[str]] = {}
         self.secret_inputs: dict[str, set[str]] = {}  # resource -> its secret input properties
-        self.registering = ""  # the URN of the resource being registered (harness.py)
+        # The URN of the resource this thread registers (harness.py): the SDK registers from a
+        # pool of threads, each RegisterResource calling new_resource on its own thread.
+        self.registering = threading.local()
         # An existing cluster as EKS describes it: node groups with the labels and taints this
         # program's own would carry, and its add-ons.
         self.existing_node_groups = {
@@ -122,7 +125,7 @@ class RecordingMocks(EksAccount, pulumi.runtime.Mocks):
         if not self.preview:  # a create in a preview: the provider computes nothing yet
             self.eks_resource(args, outputs)
         if args.typ == "eks:index:Cluster":  # an existing cluster's child is in the state
-            self.eks_cluster_output(args.inputs.get("name") or args.name, self.registering,
+            self.eks_cluster_output(args.inputs.get("name") or args.name, self.registering.urn,
                                     outputs)
         if self.preview:
             return None, outputs
