@@ -25,7 +25,8 @@ TEAM = "arn:aws:iam::123456789012:role/platform-admins"
 def test_first_preview_and_first_up_pass_with_and_without_invoke_gating(gates):
     """Engines before 3.256.0 do not gate invokes on a component's children (pulumi SDK
     runtime/invoke.py: the fallback checks CustomResources only); the program reads the cluster
-    from pulumi-eks's own output instead, unknown in the preview, known after the create."""
+    from pulumi-eks's own output instead, unknown in the preview, known after the create. The
+    next preview and up start from the first up's state."""
     preview = run_program(DEV, mocks=RecordingMocks("us-west-2", preview=True,
                                                     gates_invokes=gates))
     assert preview.exports["clusterName"] is None and preview.of_type(LT)
@@ -34,6 +35,11 @@ def test_first_preview_and_first_up_pass_with_and_without_invoke_gating(gates):
     nic = up.one(LT, "gpu-lt").inputs["networkInterfaces"][0]
     assert nic["securityGroups"] == ["sg-eks-managed"]  # the EKS-managed group, from eksCluster
     assert '"server": "https://eks.example"' in up.exports["kubeconfig"]
+    for preview in (True, False):
+        later = run_program(DEV, mocks=RecordingMocks("us-west-2", prior=up, preview=preview,
+                                                      gates_invokes=gates))
+        assert later.one(LT, "gpu-lt").inputs["networkInterfaces"][0]["securityGroups"] == [
+            "sg-eks-managed"]
 
 
 def _read_after_the_component(seen: dict):
@@ -63,6 +69,8 @@ def test_the_mock_engines_gate_a_read_after_a_remote_component_as_the_real_ones_
 
 
 def test_a_fresh_account_answers_every_eks_read_with_the_providers_not_found():
+    """As the engine reports a provider's failed read (a gRPC error with the provider's text),
+    which the program's `found` takes for "not there"."""
     errors = []
 
     def program():
