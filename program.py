@@ -12,8 +12,9 @@ import pulumi_kubernetes as k8s
 
 from infra import existing
 from infra.autoscaler import AutoscalerIdentity
-from infra.cluster import Cluster
+from infra.cluster import Cluster, scaling_updates
 from infra.cost import hourly_cost
+from infra.engine import require_cli
 from infra.image_cache import ImageCache
 from infra.lookups import require_aws_partition
 from infra.network import Network, lookup_zones
@@ -50,10 +51,12 @@ class Target:
 
 def run() -> None:
     # Everything that can be wrong with the inputs fails here, before any resource exists.
+    require_cli()
     cfg = pulumi_config.load()
     require_aws_partition(cfg.region)
     code = bundle(REPO)
-    hf_token = pulumi_config.hf_token()
+    hf_token = pulumi_config.secret("hfToken", "hf_...")
+    mlflow_password = pulumi_config.secret("mlflowTrackingPassword", "<password>")
     # None: the existing cluster's own KubeRay serves the RayJob (no second operator).
     crds = None if cfg.existing_kuberay else kuberay_crds(CHARTS["kuberay-operator"].version)
     profile = pulumi.Config("aws").get("profile")  # the Kubernetes provider authenticates with it
@@ -67,7 +70,8 @@ def run() -> None:
                     kuberay_crds=crds, autoscaler_values=target.autoscaler_values,
                     crd_provider=target.crd_provider)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
-                       storage.association, image_cache=target.image_cache)
+                       storage.association, image_cache=target.image_cache,
+                       mlflow_password=mlflow_password)
     export(cfg, target, storage, ray)
 
 
@@ -92,8 +96,9 @@ def own_cluster(cfg: StackConfig, profile: str | None) -> Target:
     """This stack's network, cluster and node groups, the autoscaler's identity and the image
     cache; the add-ons wait for every node group and for the autoscaler's credentials."""
     check_quotas(cfg)  # before any resource: a run that cannot launch its nodes bills anyway
+    ignore_changes = scaling_updates(cfg)  # likewise: a new GPU maximum while a run holds nodes
     network = Network("net", cfg, lookup_zones(cfg))
-    cluster = Cluster("eks", cfg, network, profile)
+    cluster = Cluster("eks", cfg, network, ignore_changes, profile)
     autoscaler = AutoscalerIdentity("autoscaler", cfg, cluster.cluster_name)
     image_cache = (ImageCache("images", cfg, list(cluster.node_roles.values())).repository
                    if cfg.caches_images else None)

@@ -25,6 +25,6 @@ class AutoscalerIdentity(pulumi.ComponentResource):
                            policy=json.dumps(cluster_autoscaler(cfg.name)), opts=child)
         self.association = aws.eks.PodIdentityAssociation(
             f"{name}-identity", cluster_name=cluster_name, namespace=AUTOSCALER_NAMESPACE,
-            service_account=AUTOSCALER_SERVICE_ACCOUNT, role_arn=role.arn,
+            service_account=AUTOSCALER_SERVICE_ACCOUNT, role_arn=role.arn, tags=dict(cfg.tags),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))
         self.register_outputs({})

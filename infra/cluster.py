@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Mapping
 
 import pulumi
 import pulumi_aws as aws
@@ -10,7 +11,7 @@ import pulumi_eks as eks
 
 from infra.access import admin_access_entries
 from infra.kubeconfig import kubeconfigs
-from infra.lookups import node_group_desired_size
+from infra.lookups import live_scaling
 from infra.network import Network
 from infra.node_groups import NodeGroupSpec, launch_template_args, node_groups
 from infra.policies import NODE_POLICY_ARNS, assume_role
@@ -29,36 +30,40 @@ class Cluster(pulumi.ComponentResource):
     node_roles: dict[str, aws.iam.Role]  # spec key -> its nodes' role
     node_groups: dict[str, aws.eks.NodeGroup]  # spec key -> the group
 
-    def __init__(self, name: str, cfg: StackConfig, network: Network, profile: str | None = None,
+    def __init__(self, name: str, cfg: StackConfig, network: Network,
+                 ignore_changes: Mapping[str, tuple[str, ...]], profile: str | None = None,
                  opts: pulumi.ResourceOptions | None = None):
+        """`ignore_changes`: spec key -> the group's ignoreChanges, from `scaling_updates`
+        (read before any resource)."""
         super().__init__("eksraytrain:infra:Cluster", name, None, opts)
         self.cfg, self.name = cfg, name
         groups = node_groups(cfg)
         self.node_group_names = {g.key: g.name(cfg.name) for g in groups}
-        # Plain reads, before any resource: who gets access, the autoscaled groups' live sizes.
-        access_entries = admin_access_entries(cfg)
-        live = {g.key: node_group_desired_size(cfg.name, g.name(cfg.name))
-                for g in groups if g.autoscaled}
+        access_entries = admin_access_entries(cfg, name, parent=self)
         roles = {g.key: self._create_node_role(g.key) for g in groups}
         self.node_roles = {key: role for key, (role, _) in roles.items()}
         self.eks = self._create_cluster(network, profile, access_entries)
-        # The created cluster as AWS reports it: its name (an output, so dependents wait for the
-        # cluster) and the EKS-managed cluster security group, which allows all traffic to and
-        # from itself (pulumi-eks's own cluster_security_group_id is another group).
-        self.info = aws.eks.get_cluster_output(
-            name=cfg.name, opts=pulumi.InvokeOutputOptions(depends_on=[self.eks]))
+        # The aws.eks.Cluster inside the component, from the component's own output: unknown in
+        # a preview of a new cluster, known once it exists, on every engine. (An invoke after
+        # the component would run before the cluster exists on engines before 3.256.0, which
+        # gate invokes only on a component's Python-side children: pulumi/runtime/invoke.py;
+        # pulumi-eks's examples/cluster-py reads `eks_cluster.version` the same way.)
+        # Its vpc_config names the EKS-managed cluster security group, which allows all traffic
+        # to and from itself (pulumi-eks's own cluster_security_group_id is another group).
+        self.info = self.eks.eks_cluster
         self.cluster_name = self.info.name
         release = catalog.KUBERNETES_RELEASES[cfg.kubernetes_version]
         # Pod Identity gives the Ray pods S3 access without node-wide credentials.
         self._addon("eks-pod-identity-agent", release.pod_identity_agent)
-        self.node_groups = {g.key: self._create_nodes(g, network, roles[g.key][1], live.get(g.key))
+        self.node_groups = {g.key: self._create_nodes(g, network, roles[g.key][1],
+                                                      ignore_changes.get(g.key, ()))
                             for g in groups}
         # CoreDNS needs somewhere to run: with no default node group, wait for the untainted
         # (system) nodes.
         self._addon("coredns", release.coredns,
                     depends_on=[self.node_groups[g.key] for g in groups if not g.taints])
         self.kubeconfig, self.user_kubeconfig = kubeconfigs(
-            self.info.name, self.info.endpoint, self.info.certificate_authorities[0].data,
+            self.info.name, self.info.endpoint, self.info.certificate_authority.data,
             cfg.region, profile)
         self.register_outputs({"cluster_name": self.cluster_name})
 
@@ -72,7 +77,8 @@ class Cluster(pulumi.ComponentResource):
         return aws.eks.Addon(f"{self.name}-{addon}", cluster_name=self.cluster_name,
                              addon_name=addon, addon_version=version,
                              resolve_conflicts_on_create="OVERWRITE",
-                             resolve_conflicts_on_update="OVERWRITE", opts=self._child(**kwargs))
+                             resolve_conflicts_on_update="OVERWRITE", tags=dict(self.cfg.tags),
+                             opts=self._child(**kwargs))
 
     def _create_node_role(self, kind: str) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
         """The role and its policy attachments: node groups depend on the attachments, so
@@ -100,7 +106,8 @@ class Cluster(pulumi.ComponentResource):
             coredns_addon_options={"enabled": False}, tags=dict(cfg.tags), opts=self._child())
 
     def _create_nodes(self, group: NodeGroupSpec, network: Network,
-                      policies: list[pulumi.Resource], live: int | None) -> aws.eks.NodeGroup:
+                      policies: list[pulumi.Resource],
+                      ignore_changes: tuple[str, ...]) -> aws.eks.NodeGroup:
         """A hand-built launch template (and an EFA group's cluster placement group) and the
         group in its zones. Plain `aws.eks.NodeGroup`s: pulumi-eks's ManagedNodeGroup sets
         `version` only without a launch template, so cluster upgrades would never roll these
@@ -123,12 +130,21 @@ class Cluster(pulumi.ComponentResource):
             # A Capacity Block names its instance type in the launch template only.
             instance_types=None if group.capacity_block else [group.instance_type],
             ami_type=group.ami_type, capacity_type=group.capacity_type,
-            scaling_config=group.scaling(live),
+            scaling_config=group.scaling(),
             subnet_ids=[s.id for s in network.private_subnets[:group.zones]],
             labels=dict(group.labels), taints=list(group.taints) or None,
             launch_template=_template_ref(template),
             tags={**cfg.tags, **group.autoscaler_tags()},
-            opts=self._child(depends_on=policies, delete_before_replace=True))
+            opts=self._child(depends_on=policies, delete_before_replace=True,
+                             ignore_changes=list(ignore_changes)))
+
+
+def scaling_updates(cfg: StackConfig) -> dict[str, tuple[str, ...]]:
+    """Each autoscaled group's ignoreChanges from its live scaling (NodeGroupSpec.scaling_update);
+    raises ConfigError. Plain reads: call it before any resource."""
+    return {g.key: g.scaling_update(live_scaling(cfg.name, g.name(cfg.name)), cfg.name,
+                                    cfg.namespace)
+            for g in node_groups(cfg) if g.autoscaled}
 
 
 def _template_ref(template: aws.ec2.LaunchTemplate) -> dict:

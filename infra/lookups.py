@@ -7,6 +7,7 @@ from typing import Callable, TypeVar
 
 import pulumi_aws as aws
 
+from infra.node_groups import LiveScaling
 from training.errors import InputError
 
 T = TypeVar("T")
@@ -29,11 +30,13 @@ def found(read: Callable[[], T]) -> T | None:
         raise
 
 
-def node_group_desired_size(cluster: str, group: str) -> int | None:
-    """The node group's live desired size (what cluster-autoscaler last set), None before the
-    cluster or the group exists."""
+def live_scaling(cluster: str, group: str) -> LiveScaling | None:
+    """The node group's live scaling, None before the cluster or the group exists."""
     live = found(lambda: aws.eks.get_node_group(cluster_name=cluster, node_group_name=group))
-    return live.scaling_configs[0].desired_size if live and live.scaling_configs else None
+    if not live or not live.scaling_configs:
+        return None
+    scaling = live.scaling_configs[0]
+    return LiveScaling(desired=scaling.desired_size, max=scaling.max_size)
 
 
 class PartitionError(InputError):

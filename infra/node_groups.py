@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Mapping
 from infra.root_volumes import SYSTEM_ROOT, RootVolume, gpu_root
 from infra.user_data import launch_template_user_data
 from stack.catalog import InstanceFacts
-from stack.config import Reservation, StackConfig
+from stack.config import ConfigError, Reservation, StackConfig
 from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
 
 if TYPE_CHECKING:  # only the type: the builders place Outputs, they never read them
@@ -23,6 +23,18 @@ if TYPE_CHECKING:  # only the type: the builders place Outputs, they never read 
 # instance table knows GPUs but not EFA interfaces.
 NODE_TEMPLATE_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# What a launch template tags at launch besides the instance: its EBS volumes (gp3 with paid
+# throughput and IOPS) and its network interfaces (the EFA ones).
+LAUNCHED_RESOURCE_TYPES = ("instance", "volume", "network-interface")
+DESIRED_SIZE = "scalingConfig.desiredSize"  # the path `ignoreChanges` names
+
+
+@dataclass(frozen=True)
+class LiveScaling:
+    """A node group's scaling as EKS reports it when the program starts (infra/lookups.py)."""
+
+    desired: int
+    max: int
 
 
 @dataclass(frozen=True)
@@ -57,22 +69,44 @@ class NodeGroupSpec:
         """A reservation made outside the group may not serve launches into a new placement group."""
         return self.efa and self.reservation is None
 
-    def scaling(self, live: int | None) -> dict[str, int]:
-        """The scaling block. An autoscaled group: from zero up to its nodes (EKS requires max >= 1,
-        so 0 nodes keep a cap of 1 that no pod asks for), declaring the live desired size (0
-        before the group exists) capped by the new maximum (EKS requires desired <= max).
-        cluster-autoscaler owns the size, and any change of the scaling block makes the aws
-        provider send all of it (terraform-provider-aws internal/service/eks/node_group.go,
-        resourceNodeGroupUpdate: UpdateNodegroupConfig with expandNodegroupScalingConfig of the
-        whole block). With `ignoreChanges` on the desired size the provider would send the size
-        in Pulumi's state instead: 0 while a run holds nodes, or a stale 2 after a `pulumi
-        refresh` during a run (refresh stores live inputs; ignoreChanges only hides the diff,
-        pulumi/pulumi#16146). The live size makes a scaling change keep whatever the autoscaler
-        set, in both directions."""
+    def scaling(self) -> dict[str, int]:
+        """The scaling block. An autoscaled group: from zero up to its nodes (EKS requires
+        max >= 1, so 0 nodes keep a cap of 1 that no pod asks for), declaring a desired size of
+        0, which an update sends only as `scaling_update` allows."""
         if not self.autoscaled:
             return {"desired_size": self.nodes, "min_size": self.nodes, "max_size": self.nodes}
-        max_size = max(self.nodes, 1)
-        return {"desired_size": min(live or 0, max_size), "min_size": 0, "max_size": max_size}
+        return {"desired_size": 0, "min_size": 0, "max_size": max(self.nodes, 1)}
+
+    def scaling_update(self, live: LiveScaling | None, cluster: str,
+                       namespace: str) -> tuple[str, ...]:
+        """The `ignoreChanges` of an autoscaled group, whose size cluster-autoscaler owns; raises
+        ConfigError, before any resource, where no safe update exists.
+
+        The aws provider updates a node group in two steps (terraform-provider-aws
+        internal/service/eks/node_group.go, resourceNodeGroupUpdate): a launch-template or
+        version change first (UpdateNodegroupVersion, then a wait as long as the roll, up to the
+        60-minute update timeout), then, only if `scaling_config` differs from the state,
+        UpdateNodegroupConfig with the whole block (expandNodegroupScalingConfig always sets the
+        desired size). A desired size read at the program's start is stale by the time it is sent
+        after a roll: a run that ended meanwhile would get idle GPU nodes started again, one that
+        started would lose its nodes. So the desired size is never what changes the block: while
+        the maximum stays, it is ignored and the provider sends no scaling at all; a new maximum
+        must be sent, and goes out with the declared 0 only while the group is at 0 nodes.
+        What remains: a run that starts between the program's start and that send (not this
+        update's own RayJob, which waits for the node group), and a maximum changed outside
+        Pulumi (the state's desired size goes with it)."""
+        max_size = self.scaling()["max_size"]
+        if live is None or live.max == max_size:
+            return () if live is None else (DESIRED_SIZE,)
+        if live.desired > 0:
+            raise ConfigError([
+                f"{self.count_key}: the node group {self.name(cluster)} holds {live.desired} "
+                f"node(s) now; a new maximum ({live.max} -> {max_size}) sends the group's whole "
+                "scaling configuration, whose node count would be stale by then. Change "
+                f"{self.count_key} once the group is at 0 nodes (about 2 minutes after a run "
+                "ends), or end the run first: kubectl -n "
+                f"{namespace} delete rayjob $(pulumi stack output rayJob)"])
+        return ()
 
     def autoscaler_tags(self) -> dict[str, str]:
         """What cluster-autoscaler cannot know about an EFA node before one exists: its EFA devices."""
@@ -110,13 +144,18 @@ def launch_template_args(group: NodeGroupSpec, tags: Mapping[str, str],
     type honours it (infra/root_volumes.py, infra/user_data.py). An EFA group's also: its EFA
     interfaces with the EKS-managed cluster security group (`security_group_id`: all traffic
     to and from itself), its placement group, its reservation; a Capacity Block names its
-    instance type here only (EKS user guide ml/capacity-blocks-mng)."""
+    instance type here only (EKS user guide ml/capacity-blocks-mng). What it launches carries
+    the stack's tags: a node group's tags "do not propagate to any other resources associated
+    with the node group, such as the Amazon EC2 instances" (EKS API reference, CreateNodegroup)."""
     args = {
         "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required",
                              "http_put_response_hop_limit": 1},
         "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": group.root.ebs()}],
-        "tag_specifications": [{"resource_type": "instance", "tags": dict(tags)}],
+        "tags": dict(tags),
     }
+    if tags:  # a stack without tags has nothing to put there
+        args["tag_specifications"] = [{"resource_type": kind, "tags": dict(tags)}
+                                      for kind in LAUNCHED_RESOURCE_TYPES]
     user_data = launch_template_user_data(group.facts)
     if user_data is not None:
         args["user_data"] = user_data

@@ -42,6 +42,7 @@ class CheckpointStorage(pulumi.ComponentResource):
                            opts=child)
         self.association = aws.eks.PodIdentityAssociation(
             f"{name}-ray-pods-identity", cluster_name=cluster_name, namespace=namespace,
-            service_account=service_account, role_arn=self.role.arn, opts=child)
+            service_account=service_account, role_arn=self.role.arn, tags=dict(cfg.tags),
+            opts=child)
         self.uri = self.bucket.bucket.apply(lambda b: f"s3://{b}/runs")
         self.register_outputs({"uri": self.uri})

@@ -135,7 +135,8 @@ EKS_ADDON_REGISTRY_ACCOUNTS: dict[str, str] = {
     "eu-central-1": "602401143452", "eu-central-2": "900612956339", "eu-north-1": "602401143452",
     "eu-south-1": "590381155156", "eu-south-2": "455263428931", "eu-west-1": "602401143452",
     "eu-west-2": "602401143452", "eu-west-3": "602401143452", "il-central-1": "066635153087",
-    "me-central-1": "759879836304", "me-south-1": "558608220178", "sa-east-1": "602401143452",
+    "me-central-1": "759879836304", "me-south-1": "558608220178", "mx-central-1": "730335286997",
+    "sa-east-1": "602401143452",
     "us-east-1": "602401143452", "us-east-2": "602401143452", "us-gov-east-1": "151742754352",
     "us-gov-west-1": "013241004608", "us-west-1": "602401143452", "us-west-2": "602401143452",
 }
@@ -166,6 +167,11 @@ KUBERNETES_RELEASES: dict[str, KubernetesRelease] = {
     "1.35": KubernetesRelease(date(2027, 3, 27), coredns="v1.13.2-eksbuild.4",
                               pod_identity_agent="v1.3.10-eksbuild.3", cluster_autoscaler="v1.35.2"),
 }
+# The oldest Pulumi CLI the program runs on: `pulumi.Stash` (the zones, the admin access entry's
+# owner) is a builtin resource of the engine from 3.208.0. Nothing else needs a newer one: no invoke
+# waits on a resource (those after a remote component are gated only from 3.256.0, pulumi/pulumi
+# PR #24040), and Pulumi.yaml's object-typed config keys are older.
+PULUMI_CLI_MIN = "3.208.0"
 KUBERNETES_VERSION = "1.35"  # in EKS standard support; 1.34 bills extended support from 2026-12-02
 CLUSTER_AUTOSCALER_IMAGE = "registry.k8s.io/autoscaling/cluster-autoscaler"
 RAY_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"

@@ -124,6 +124,8 @@ class StackConfig:
     force_destroy_bucket: bool
     training: TrainConfig
     mlflow_tracking_uri: str | None  # http(s):// of a tracking server the pods can reach
+    mlflow_tracking_username: str | None  # basic auth, with the secret mlflowTrackingPassword
+    mlflow_tracking_password_set: bool  # the stack sets it (a secret: the program reads the value)
     extra_pip: tuple[str, ...]
     job_deadline_seconds: int
     ecr_pull_through_cache: bool
@@ -206,19 +208,21 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "forceDestroyBucket": (_bool, "force_destroy_bucket"),
     "training": (_json, "training"),
     "mlflowTrackingUri": (_str, "mlflow_tracking_uri"),
+    "mlflowTrackingUsername": (_str, "mlflow_tracking_username"),
     "extraPip": (_json, "extra_pip"),
     "jobDeadlineSeconds": (_int, "job_deadline_seconds"),
     "ecrPullThroughCache": (_bool, "ecr_pull_through_cache"),
     "endOnScaleUpFailure": (_bool, "end_on_scale_up_failure"),
 }
-SECRET_KEYS = ("hfToken",)  # read by the program as a secret Output, never into StackConfig
+# Read by the program as secret Outputs (stack.pulumi_config.secret), never into StackConfig.
+SECRET_KEYS = ("hfToken", "mlflowTrackingPassword")
 # Empty ("" or {}) in Pulumi.yaml: the pinned value from the catalog, or this stack's own labels.
 PINNED = {"kubernetesVersion": catalog.KUBERNETES_VERSION, "image": catalog.RAY_IMAGE,
           "rayVersion": catalog.RAY_VERSION, "systemNodeSelector": SYSTEM_LABELS,
           "gpuNodeSelector": GPU_SELECTOR}
 # Empty ("" or {}) in Pulumi.yaml: unset.
 OPTIONAL = ("gpuAvailabilityZone", "capacityReservation", "capacityBlock", "adminPrincipalArn",
-            "existingClusterName", "mlflowTrackingUri")
+            "existingClusterName", "mlflowTrackingUri", "mlflowTrackingUsername")
 
 
 def as_config_string(value: Any) -> str:
@@ -277,6 +281,7 @@ def parse(raw: Mapping[str, Any], region: str, default_name: str = "ray-train") 
         values["tags"] = {}
     if problems:  # types are wrong: semantic checks would only repeat them
         raise ConfigError(problems)
+    values["mlflow_tracking_password_set"] = bool(merged.get("mlflowTrackingPassword"))
     cfg = StackConfig(**values)
     problems = validate(cfg)
     if problems:

@@ -5,6 +5,7 @@ that target them (workloads). Pulumi-free."""
 NAMESPACE = "ray"
 SERVICE_ACCOUNT = "ray-train"  # head and workers; Pod Identity maps it to the bucket role
 HF_TOKEN_SECRET = "hf-token"
+MLFLOW_SECRET = "mlflow-tracking"  # keys username, password (stack/tracking.py)
 CODE_CONFIGMAP = "training-code"
 CODE_MOUNT = "/home/ray/code"  # in the submitter pod; `ray job submit` uploads it as working_dir
 # cluster-autoscaler's service account: its Helm release names it, its Pod Identity role maps it.

@@ -37,15 +37,15 @@ def load() -> StackConfig:
                  default_name=default_cluster_name(pulumi.get_project(), pulumi.get_stack()))
 
 
-def hf_token() -> pulumi.Output[str] | None:
-    """The hub token as a secret Output, or None when the stack sets none (its default is "").
-    A plaintext token is refused: it would sit in the clear in the stack's config. Pulumi.yaml
-    cannot mark the key `secret: true`: the CLI merges its default "" as a plaintext value and
-    then refuses that on every stack without a token of its own (pulumi/pulumi
-    pkg/workspace/config.go, mergeConfig and validateStackConfigValue)."""
-    if not raw_project_config().get("hfToken"):
+def secret(key: str, example: str) -> pulumi.Output[str] | None:
+    """A secret key (stack.config.SECRET_KEYS) as a secret Output, or None when the stack sets
+    none (its default is ""). A plaintext value is refused: it would sit in the clear in the
+    stack's config. Pulumi.yaml cannot mark the key `secret: true`: the CLI merges its default ""
+    as a plaintext value and then refuses that on every stack without a value of its own
+    (pulumi/pulumi pkg/workspace/config.go, mergeConfig and validateStackConfigValue)."""
+    if not raw_project_config().get(key):
         return None
-    if not runtime_config.is_config_secret(f"{pulumi.get_project()}:hfToken"):
-        raise ConfigError([f"hfToken: stored in plaintext (Pulumi.{pulumi.get_stack()}.yaml or its "
-                           "environment); encrypt it: pulumi config set --secret hfToken hf_..."])
-    return pulumi.Config().get_secret("hfToken")
+    if not runtime_config.is_config_secret(f"{pulumi.get_project()}:{key}"):
+        raise ConfigError([f"{key}: stored in plaintext (Pulumi.{pulumi.get_stack()}.yaml or its "
+                           f"environment); encrypt it: pulumi config set --secret {key} {example}"])
+    return pulumi.Config().get_secret(key)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from stack import catalog
 from stack.kube import (EKS_NAME_MAX, GPU_SELECTOR, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
                         RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
-from training.config import TrainConfig
+from stack.tracking import tracking_problems
 
 if TYPE_CHECKING:
     from stack.config import StackConfig
@@ -137,13 +137,13 @@ def reservations(cfg: StackConfig) -> list[str]:
 
 
 def job(cfg: StackConfig) -> list[str]:
-    """What the run's pods and job are given: the image, the tracking server, the deadline."""
+    """What the run's pods and job are given: the image, the tracking server and its
+    credentials, the deadline."""
     p: list[str] = []
     if not _IMAGE.match(cfg.image):
         p.append(f"image: {cfg.image!r} needs a tag (repo:tag) or a digest (repo@sha256:<64 hex>)")
-    if cfg.mlflow_tracking_uri:  # the job's own check, under the stack's key
-        p += [f"mlflowTrackingUri: {why.split(' ', 1)[1]}" for why in TrainConfig(
-            mlflow_tracking_uri=cfg.mlflow_tracking_uri).problems()]
+    p += tracking_problems(cfg.mlflow_tracking_uri, cfg.mlflow_tracking_username,
+                           cfg.mlflow_tracking_password_set)
     if cfg.job_deadline_seconds < MIN_JOB_DEADLINE_S:
         p.append(f"jobDeadlineSeconds: {cfg.job_deadline_seconds} is below {MIN_JOB_DEADLINE_S}: "
                  f"the deadline counts from the RayJob's start, so it covers node boot and image "

@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 from stack.config import StackConfig
 from stack.images import through_cache
 from workloads.code_bundle import CodeBundle
-from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, SERVICE_ACCOUNT
+from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, MLFLOW_SECRET, SERVICE_ACCOUNT
 from workloads.rayjob import build_rayjob, head_service
 from workloads.rbac import head_rbac
 
@@ -45,11 +45,12 @@ class RayWorkloads(pulumi.ComponentResource):
                  storage_uri: pulumi.Input[str], hf_token: pulumi.Input[str] | None,
                  provider: k8s.Provider, operator: pulumi.Resource | None,
                  pod_identity: pulumi.Resource, image_cache: pulumi.Input[str] | None = None,
+                 mlflow_password: pulumi.Input[str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         """`operator`: this stack's KubeRay operator (None: the cluster's own); `pod_identity`:
         the association that gives the service account its S3 access; `image_cache`: the
         pull-through cache repository for ECR Public images (stack.images), None to pull them
-        from ECR Public."""
+        from ECR Public; `mlflow_password`: the secret mlflowTrackingPassword, None without."""
         super().__init__("eksraytrain:workloads:RayWorkloads", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider)
         namespace = cfg.namespace
@@ -61,6 +62,12 @@ class RayWorkloads(pulumi.ComponentResource):
             k8s.core.v1.Secret(f"{name}-hf-token", metadata={"name": HF_TOKEN_SECRET,
                                                              "namespace": namespace},
                                string_data={"token": hf_token}, opts=in_ns)
+        secrets = []  # the pods' env reads it (no `optional`): it exists before the RayJob
+        if mlflow_password is not None:  # stack.config: set together with the username
+            secrets.append(k8s.core.v1.Secret(
+                f"{name}-mlflow", metadata={"name": MLFLOW_SECRET, "namespace": namespace},
+                string_data={"username": cfg.mlflow_tracking_username,
+                             "password": mlflow_password}, opts=in_ns))
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": CODE_CONFIGMAP,
                                                                "namespace": namespace},
                                      data=bundle.data, opts=in_ns)
@@ -86,6 +93,7 @@ class RayWorkloads(pulumi.ComponentResource):
                 f"{name}-rayjob", "RayJob", manifest,
                 opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
                     # The head reads the API from its start (cold start, scale-up watch).
-                    depends_on=[ns, code, pod_identity, *roles, *([operator] if operator else [])],
+                    depends_on=[ns, code, pod_identity, *roles, *secrets,
+                                *([operator] if operator else [])],
                     replace_on_changes=["metadata.name", "spec"], delete_before_replace=True)))
         self.register_outputs({})

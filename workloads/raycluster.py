@@ -4,7 +4,7 @@ on the system node and one worker pod per GPU node, holding the node's GPUs and 
 from __future__ import annotations
 
 from stack.config import StackConfig
-from stack.kube import GPU_TOLERATION, HF_TOKEN_SECRET, SERVICE_ACCOUNT
+from stack.kube import GPU_TOLERATION, HF_TOKEN_SECRET, MLFLOW_SECRET, SERVICE_ACCOUNT
 from training.config import RUN_STARTED_ENV
 
 # Head pod: fits beside the KubeRay operator (100m/512Mi) and the node's DaemonSets on an
@@ -53,10 +53,16 @@ def nccl_env(cfg: StackConfig) -> list[dict]:
 
 
 def _pod_env(cfg: StackConfig) -> list[dict]:
-    """Every Ray pod: the Region for S3 clients, and the hub token when the stack has one."""
-    return [{"name": "AWS_REGION", "value": cfg.region},
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-                "name": HF_TOKEN_SECRET, "key": "token", "optional": True}}}]
+    """Every Ray pod: the Region for S3 clients, the hub token when the stack has one, and the
+    MLflow server's credentials when it has them, as mlflow's own variables (whichever rank
+    logs reads them from its environment: mlflow/environment_variables.py)."""
+    env = [{"name": "AWS_REGION", "value": cfg.region},
+           {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+               "name": HF_TOKEN_SECRET, "key": "token", "optional": True}}}]
+    if cfg.mlflow_tracking_username:
+        env += [{"name": f"MLFLOW_TRACKING_{key.upper()}", "valueFrom": {"secretKeyRef": {
+            "name": MLFLOW_SECRET, "key": key}}} for key in ("username", "password")]
+    return env
 
 
 def _container(cfg: StackConfig, name: str, resources: dict, env: list[dict]) -> dict:

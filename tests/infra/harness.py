@@ -2,7 +2,7 @@
 the engine does, and keep the refusals it provokes to the one error the test receives.
 
 `preview=True` runs the program as `pulumi preview` does: nothing is created, computed outputs
-stay unknown."""
+stay unknown. The engine is the mocks' CLI version, gating invokes or not (tests/infra/mocks.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Any, Callable
 from unittest import mock
 
+import grpc
 import pulumi
 from google.protobuf import json_format
+from pulumi.runtime import rpc
 from pulumi.runtime.proto import resource_pb2
 
 from stack import catalog
 from tests.infra import plain_inputs, release_server
-from tests.infra.mocks import RecordingMocks
+from tests.infra.mocks import ProviderInvokeError, RecordingMocks
 from tests.stack.stacks import PROJECT, raw_config, stack_name
 
 # Set on an exception the monitor raised to refuse a registration (see quiet_refusals).
@@ -32,19 +34,23 @@ class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
     def __init__(self, mocks: RecordingMocks):
         super().__init__(mocks)
         self.recorder = mocks
+        mocks.monitor = self  # the mocks' EKS registers the aws.eks.Cluster inside pulumi-eks's
 
     def SupportsFeature(self, request):
         return type("SupportsFeatureResponse", (object,), {"hasSupport": True})
 
     def GetDeploymentInfo(self, request):
         info = super().GetDeploymentInfo(request)
-        info.supportedFeatures.extend([resource_pb2.RESOURCE_MONITOR_FEATURE_OUTPUT_VALUES,
-                                       resource_pb2.RESOURCE_MONITOR_FEATURE_INVOKE_DEPENDS_ON])
+        info.supportedFeatures.append(resource_pb2.RESOURCE_MONITOR_FEATURE_OUTPUT_VALUES)
+        if self.recorder.gates_invokes:
+            info.supportedFeatures.append(resource_pb2.RESOURCE_MONITOR_FEATURE_INVOKE_DEPENDS_ON)
         return info
 
     def Invoke(self, request):
-        """The engine declines an invoke whose dependencies are pending creation, as they all
-        are in a preview of resources the stack does not hold yet: the result is unknown."""
+        """A gating engine declines an invoke whose dependencies are pending creation, as they
+        all are in a preview of resources the stack does not hold yet: the result is unknown. An
+        older engine is sent no dependencies (the SDK checks only CustomResources' ids itself,
+        pulumi/runtime/invoke.py) and runs every invoke it gets."""
         if self.recorder.preview and set(request.dependsOn) - self.recorder.urns:
             return resource_pb2.ResourceInvokeResponse(unknown=True)
         return super().Invoke(request)
@@ -65,6 +71,10 @@ class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
             for value in resolved.object.fields.values():
                 plain_inputs.resolve_output_values(value)
             request = resolved
+        self.recorder.registering.urn = self.make_urn(request.parent, request.type, request.name)
+        self.recorder.secret_inputs[request.name] = {  # what the state would hold encrypted
+            k for k, v in json_format.MessageToDict(request.object).items()
+            if isinstance(v, dict) and v.get(rpc._special_sig_key) == rpc._special_secret_sig}
         self.recorder.depends[request.name] = {u.rsplit("::", 1)[1] for u in request.dependencies}
         self.recorder.parents[request.name] = request.parent.rsplit("::", 1)[1] if request.parent else None
         self.recorder.ignore_changes[request.name] = list(request.ignoreChanges)
@@ -78,6 +88,27 @@ class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
         if not self.recorder.preview:
             self.recorder.urns.add(response.urn)
         return response
+
+
+class RecordingEngine(pulumi.runtime.mocks.MockEngine):
+    """The engine's RequirePulumiVersion for a CLI of `version` (None: one older than the RPC)."""
+
+    def __init__(self, version: str | None):
+        super().__init__(None)
+        self.version = version
+
+    def RequirePulumiVersion(self, request):
+        if self.version is None:
+            raise ProviderInvokeError("unknown method RequirePulumiVersion",
+                                      grpc.StatusCode.UNIMPLEMENTED)
+        minimum = request.pulumi_version_range.removeprefix(">=")
+        if _semver(self.version) < _semver(minimum):
+            raise ProviderInvokeError(f"Pulumi CLI version {self.version} does not satisfy the "
+                                      f"version range {request.pulumi_version_range!r}")
+
+
+def _semver(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 def quiet_refusals(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -109,9 +140,11 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
     raw.update(overrides or {})
     mocks = mocks or RecordingMocks(region, offering, preview=preview)
     # "organization": what a DIY (--local, S3) backend reports as the stack's organization.
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name(stack_file),
-                             preview=mocks.preview,
-                             monitor=RecordingMonitor(mocks), organization="organization")
+    with mock.patch("pulumi.runtime.mocks.MockEngine",
+                    lambda logger: RecordingEngine(mocks.cli_version)):
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name(stack_file),
+                                 preview=mocks.preview,
+                                 monitor=RecordingMonitor(mocks), organization="organization")
     config = {f"{PROJECT}:{k}": v for k, v in raw.items()}
     config["aws:region"] = region
     config.update({f"aws:{k}": v for k, v in (aws_config or {}).items()})
@@ -134,9 +167,16 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
             (entry or program.run)()
         return pulumi.Output.from_input(asyncio.ensure_future(resolve_exports()))
 
-    # Resource references among the inputs (node groups point at the cluster) stay URNs: the SDK
-    # would otherwise rebuild those resources inside the mock monitor, on another event loop.
-    with mock.patch("pulumi.runtime.rpc.get_resource_module", return_value=None), \
+    # Resource references among the inputs stay URNs: the SDK would otherwise rebuild those
+    # resources inside the mock monitor, on another event loop. Only the aws.eks.Cluster that
+    # eks:index:Cluster returns is rebuilt, in the program, as the SDK does (through getResource).
+    real_resource_module = rpc.get_resource_module
+
+    def resource_module(pkg: str, mod: str, version: str):
+        return real_resource_module(pkg, mod, version) if (pkg, mod) == ("aws", "eks/cluster") \
+            else None
+
+    with mock.patch("pulumi.runtime.rpc.get_resource_module", side_effect=resource_module), \
             mock.patch.object(catalog, "KUBERAY_CRD_URL", crd_url or release_server.crd_url()):
         deploy()
     return mocks

@@ -3,18 +3,19 @@ and invoke it asks for (tests/infra/harness.py runs the program under them).
 
 They answer across runs: a run may start from the state a
 previous run left (`RecordingMocks(..., prior=previous)`): stack outputs, `pulumi.Stash` values,
-the clusters, access entries and node groups that exist. `preview=True` runs it as
-`pulumi preview` does: nothing is created, computed outputs stay unknown."""
+the clusters, access entries and node groups that exist (tests/infra/mock_eks.py). `preview=True`
+runs it as `pulumi preview` does: nothing is created, computed outputs stay unknown. The engine
+is a CLI of `cli_version` (None: one without the RequirePulumiVersion RPC) that gates invokes on
+their dependencies (`gates_invokes`, as from 3.256.0) or, as older ones, does not."""
 
 from __future__ import annotations
 
-import json
+import threading
 from dataclasses import dataclass
 
-import grpc
 import pulumi
 
-from infra.access import principal_key
+from tests.infra.mock_eks import EksAccount, ProviderInvokeError
 from tests.stack.stacks import PROJECT
 
 # What DescribeAvailabilityZones returns for an account, sorted by name as AWS sorts it: an
@@ -47,23 +48,6 @@ ZONES = {region: [name for name, _, opt_in in zones if opt_in == "opt-in-not-req
          for region, zones in ZONE_DATA.items()}
 
 
-class ProviderInvokeError(grpc.RpcError):
-    """A provider's failed invoke as the engine answers it: a gRPC error whose details carry the
-    provider's message (pulumi/pulumi source_eval.go Invoke: "invocation of <tok> returned an
-    error: ..."); the SDK raises it in the program as a plain, catchable Exception
-    (pulumi/runtime/invoke.py, grpc_error_to_exception)."""
-
-    def __init__(self, details: str):
-        super().__init__(details)
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNKNOWN
-
-    def details(self) -> str:
-        return self._details
-
-
 @dataclass
 class Recorded:
     type: str
@@ -71,7 +55,7 @@ class Recorded:
     inputs: dict
 
 
-class RecordingMocks(pulumi.runtime.Mocks):
+class RecordingMocks(EksAccount, pulumi.runtime.Mocks):
     """Outputs echo the inputs plus what the program reads back; invokes answer in camelCase,
     as the real providers do. `offering` sets which zones offer the GPU instance type (every zone,
     Local Zones included, offers the others). `prior`: the mocks of the previous run, whose
@@ -80,8 +64,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def __init__(self, region: str, offering: list[str] | None = None,
                  deployer: str = "arn:aws:sts::123456789012:assumed-role/deployer/alice",
                  role_path: str = "/", preview: bool = False,
-                 prior: "RecordingMocks | None" = None):
+                 prior: "RecordingMocks | None" = None, gates_invokes: bool = True,
+                 cli_version: str | None = "3.272.0"):
         self.region = region
+        self.gates_invokes, self.cli_version = gates_invokes, cli_version
         self.deployer = deployer  # the caller identity: an assumed-role session by default
         self.role_path = role_path  # the deployer role's IAM path, e.g. an SSO role's
         self.preview = preview  # `pulumi preview`: nothing is created, computed outputs unknown
@@ -94,6 +80,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.secret_exports: set[str] = set()
         self.parents: dict[str, str | None] = {}
         self.ignore_changes: dict[str, list[str]] = {}
+        self.secret_inputs: dict[str, set[str]] = {}  # resource -> its secret input properties
+        # The URN of the resource this thread registers (harness.py): the SDK registers from a
+        # pool of threads, each RegisterResource calling new_resource on its own thread.
+        self.registering = threading.local()
         # An existing cluster as EKS describes it: node groups with the labels and taints this
         # program's own would carry, and its add-ons.
         self.existing_node_groups = {
@@ -110,16 +100,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.providers: dict[str, set[str]] = {}  # resource -> names of its explicit providers
         # State a run leaves for the next one. The engine: this stack's outputs (what a
         # StackReference to it reads; {} on the first update) and each Stash's kept value. AWS:
-        # clusters (name -> access entries, principal ARN -> tags), the principals of the
-        # entries the stack itself declared, and node groups' scaling ((cluster, group) -> dict).
+        # what EksAccount keeps.
         self.urns: set[str] = set(prior.urns) if prior else set()  # resources in the state
         self.previous_outputs: dict = dict(prior.exports) if prior and not prior.preview else {}
         self.stashes: dict[str, object] = dict(prior.stashes) if prior else {}
-        self.clusters: dict[str, dict[str, dict]] = (
-            {c: dict(e) for c, e in prior.clusters.items()} if prior else {"shared-gpu": {}})
-        self.own_entries: dict[str, set[str]] = dict(prior.own_entries) if prior else {}
-        self.scaling: dict[tuple[str, str], dict] = (
-            {k: dict(v) for k, v in prior.scaling.items()} if prior else {})
+        self._init_eks(prior)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append(Recorded(args.typ, args.name, dict(args.inputs)))
@@ -137,20 +122,17 @@ class RecordingMocks(pulumi.runtime.Mocks):
             if not self.preview:
                 self.stashes[args.name] = outputs["output"]
             return f"{args.name}-id", outputs
-        if self.preview:  # a create in a preview: the provider computes nothing yet
+        if not self.preview:  # a create in a preview: the provider computes nothing yet
+            self.eks_resource(args, outputs)
+        if args.typ == "eks:index:Cluster":  # an existing cluster's child is in the state
+            self.eks_cluster_output(args.inputs.get("name") or args.name, self.registering.urn,
+                                    outputs)
+        if self.preview:
             return None, outputs
-        if args.typ == "eks:index:Cluster":
-            self._create_cluster(args.inputs.get("name") or args.name, args.inputs)
-            outputs["kubeconfigJson"] = json.dumps({"apiVersion": "v1", "kind": "Config"})
-        if args.typ == "aws:eks/nodeGroup:NodeGroup":
-            key = (args.inputs["clusterName"], args.inputs["nodeGroupName"])
-            self.scaling[key] = dict(args.inputs["scalingConfig"])
         if args.typ == "aws:s3/bucket:Bucket":
             outputs.update(bucket=f"{args.name}-bucket", arn=f"arn:aws:s3:::{args.name}-bucket")
         if args.typ == "aws:iam/role:Role":
             outputs["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
-        if args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
-            outputs["latestVersion"] = 1
         if args.typ == "aws:ecr/pullThroughCacheRule:PullThroughCacheRule":
             outputs["registryId"] = self.deployer.split(":")[4]  # the caller's account
         return f"{args.name}-id", outputs
@@ -163,28 +145,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
             raise ValueError(f"mock engine: no stack named '{name}' found")
         return {"outputs": self.previous_outputs, "secretOutputNames": []}
 
-    def _create_cluster(self, name: str, inputs: dict) -> None:
-        """What pulumi-eks does in AWS (the component is opaque under mocks): the cluster, on
-        its first update, with the creator's access entry (bootstrapClusterCreatorAdminPermissions,
-        cluster.ts; no tags), then one AccessEntry per `accessEntries` item, deleting the
-        stack's own entries it no longer declares. EKS refuses a second entry for a principal
-        that has one: 409 ResourceInUseException."""
-        if name not in self.clusters:
-            creator = _session_context(self.deployer, self.role_path)["issuerArn"]
-            self.clusters[name] = {creator: {}}
-        entries, own = self.clusters[name], self.own_entries.get(name, set())
-        wanted = {e["principalArn"]: e.get("tags") or {}
-                  for e in (inputs.get("accessEntries") or {}).values()}
-        for arn in own - set(wanted):
-            del entries[arn]
-        for arn, tags in wanted.items():
-            taken = [a for a in entries if a not in own and principal_key(a) == principal_key(arn)]
-            if taken:
-                raise ValueError(f"creating EKS Access Entry ({name}:{arn}): "
-                                 "ResourceInUseException: The specified access entry resource "
-                                 f"is already in use on this cluster (entry of {taken[0]})")
-            entries[arn] = tags
-        self.own_entries[name] = set(wanted)
+    def deployer_issuer(self) -> str:
+        """The deployer's IAM role or user, as EKS records the cluster's creator."""
+        return _session_context(self.deployer, self.role_path)["issuerArn"]
 
     def _iam_principal(self, token: str, name: str) -> dict:
         """iam:GetRole / iam:GetUser: the deployer's own role or user carries its path, any other
@@ -197,6 +160,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.calls.append((args.token, dict(args.args)))
+        eks_answer = self.eks_call(args.token, args.args)
+        if eks_answer is not None:
+            return eks_answer
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             zones = _describe_zones(ZONE_DATA[self.region], args.args)
             return {"names": [z[0] for z in zones], "zoneIds": [z[1] for z in zones],
@@ -222,44 +188,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return self._iam_principal(args.token, args.args.get("name") or args.args["userName"])
         if args.token == "aws:iam/getSessionContext:getSessionContext":
             return _session_context(args.args["arn"], self.role_path)
-        if args.token == "aws:eks/getNodeGroups:getNodeGroups":
-            return {"clusterName": args.args["clusterName"], "id": args.args["clusterName"],
-                    "names": sorted(self.existing_node_groups)}
-        if args.token == "aws:eks/getNodeGroup:getNodeGroup":
-            return self._node_group(args.args["clusterName"], args.args["nodeGroupName"])
-        if args.token == "aws:eks/getAddon:getAddon":
-            if args.args["addonName"] not in self.existing_addons:
-                # A failed invoke, with the text the aws provider gives DescribeAddon's
-                # ResourceNotFoundException (terraform-provider-aws: retry.NotFoundError).
-                return _not_found(f"reading EKS Add-On ({args.args['clusterName']}:"
-                                  f"{args.args['addonName']})")
-            return {"addonName": args.args["addonName"], "clusterName": args.args["clusterName"],
-                    "addonVersion": "v1.3.10-eksbuild.3", "id": args.args["addonName"]}
         if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
             return self._service_quota(args.args)
-        if args.token == "aws:eks/getCluster:getCluster":
-            if args.args["name"] not in self.clusters:
-                return _not_found(f"reading EKS Cluster ({args.args['name']})")
-            return {"name": args.args["name"], "endpoint": "https://eks.example",
-                    "certificateAuthorities": [{"data": "Y2E="}],
-                    "vpcConfig": {"clusterSecurityGroupId": "sg-eks-managed"}}
-        if args.token == "aws:eks/getAccessEntry:getAccessEntry":
-            cluster, arn = args.args["clusterName"], args.args["principalArn"]
-            if arn not in self.clusters.get(cluster, {}):
-                return _not_found(f"reading EKS Access Entry ({cluster}:{arn})")
-            return {"clusterName": cluster, "principalArn": arn, "id": f"{cluster}:{arn}",
-                    "tags": self.clusters[cluster][arn], "type": "STANDARD"}
         return {}
-
-    def _node_group(self, cluster: str, group: str):
-        """DescribeNodegroup: a group this program created (its scaling as last set), a group of
-        the existing cluster `shared-gpu`, or ResourceNotFoundException."""
-        found = {"clusterName": cluster, "id": f"{cluster}:{group}", "nodeGroupName": group}
-        if (cluster, group) in self.scaling:
-            return {**found, "scalingConfigs": [self.scaling[cluster, group]]}
-        if cluster == "shared-gpu" and group in self.existing_node_groups:
-            return {**found, **self.existing_node_groups[group]}
-        return _not_found(f"reading EKS Node Group ({cluster}:{group})")
 
     def _service_quota(self, args: dict) -> dict:
         """GetAWSDefaultServiceQuota then GetServiceQuota, as the aws provider's data source
@@ -310,12 +241,6 @@ class RecordingMocks(pulumi.runtime.Mocks):
         found = self.of_type(typ, name_part)
         assert len(found) == 1, (typ, name_part, [r.name for r in found])
         return found[0]
-
-
-def _not_found(what: str) -> tuple[dict, list[tuple[str, str]]]:
-    """A failed invoke with the text terraform-provider-aws gives a ResourceNotFoundException
-    (retry.NotFoundError: "couldn't find resource")."""
-    return {}, [("", f"{what}: couldn't find resource")]
 
 
 def _partition(region: str) -> str:

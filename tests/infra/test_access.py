@@ -1,5 +1,6 @@
 """Who reaches the cluster under mocks: the admin access entry (never a second one for the
-cluster's creator, decided from what EKS holds), the API endpoint, the kubeconfigs' profile."""
+cluster's creator; decided once and kept in the stack's state, so that it never flips), the API
+endpoint, the kubeconfigs' profile."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def test_no_second_access_entry_for_the_creator(deployer, role_path, admin):
 def test_access_entries_follow_the_cluster_not_the_current_deployer():
     """Alice created the cluster with adminPrincipalArn = her own role (no entry). Bob's later
     `pulumi up` must not plan an entry for Alice (409), and must plan the team's entry exactly
-    as Alice's run did: the decision reads EKS's entries, not who runs the program."""
+    as Alice's run did: the decision is the stack's, not who runs the program."""
     alice = "arn:aws:iam::123456789012:role/alice"
     first, first_run = _entries(ALICE, alice)
     assert not first
@@ -113,3 +114,29 @@ def test_the_stack_reads_no_stack_reference(dev):
     update succeeded."""
     assert not dev.of_type("pulumi:pulumi:StackReference")
     assert "clusterCreatorArn" not in dev.exports
+
+
+def test_three_updates_and_a_teammates_plan_the_same_access_entries():
+    """The provider's access-entry data source returns no tags (the mocks answer so), and EKS
+    holds the creator's and the team's entries after the first update: every later update, by
+    the creator or by a teammate with another role, declares the team's entry again, so Pulumi
+    never deletes it (and its cluster-admin association)."""
+    planned, mocks = [], None
+    preview, _ = _entries(ALICE, TEAM, preview=True)
+    for deployer in (ALICE, ALICE, ALICE, BOB):
+        entries, mocks = _entries(deployer, TEAM, prior=mocks)
+        planned.append(entries)
+    assert preview == planned[0] and planned[0]["admin"]["principalArn"] == TEAM
+    assert all(entries == planned[0] for entries in planned)
+    assert set(mocks.clusters["ray-train-dev"]) == {"arn:aws:iam::123456789012:role/alice", TEAM}
+
+
+def test_an_entry_the_principal_had_before_the_stack_saw_it_is_left_alone():
+    """adminPrincipalArn set on a deployed stack, for a principal with an entry made by hand:
+    not the stack's to declare (or to delete), on this update and the ones after."""
+    oncall = "arn:aws:iam::123456789012:role/oncall"
+    _, first = _entries(ALICE, TEAM)
+    first.clusters["ray-train-dev"][oncall] = {}
+    later, mocks = _entries(BOB, oncall, prior=first)
+    assert not later and not _entries(ALICE, oncall, prior=mocks)[0]
+    assert oncall in mocks.clusters["ray-train-dev"]

@@ -10,6 +10,7 @@ import json
 import pytest
 import yaml
 
+from infra.image_cache import UNPULLED_DAYS, cache_lifecycle_policy
 from infra.root_volumes import SYSTEM_ROOT, RootVolume, gpu_root
 from infra.user_data import fast_image_pull_applies, node_user_data
 from stack import catalog
@@ -23,6 +24,7 @@ from tests.stack.stacks import STACK_FILES, stack_name
 RAYJOB = "kubernetes:ray.io/v1:RayJob"
 RULE = "aws:ecr/pullThroughCacheRule:PullThroughCacheRule"
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+TEMPLATE = "aws:ecr/repositoryCreationTemplate:RepositoryCreationTemplate"
 CACHED_RAY = ("123456789012.dkr.ecr.us-west-2.amazonaws.com/ray-train-dev/"
               "deep-learning-containers/ray:train-ml-cuda-v1.1")
 
@@ -115,12 +117,45 @@ def test_both_node_roles_may_make_the_first_pull_and_nothing_more(dev):
             "Resource": "arn:aws:ecr:us-west-2:123456789012:repository/ray-train-dev/*"}]}
 
 
+def test_the_repositories_the_cache_creates_get_a_lifecycle_policy_and_the_stacks_tags(dev):
+    """They are no stack resources (pulumi destroy leaves them): a creation template, applied
+    for PULL_THROUGH_CACHE to the rule's prefix, bounds their storage from their creation on.
+    Tags in a template need a role ECR assumes (repository-creation-templates-create-iam)."""
+    template = dev.one(TEMPLATE).inputs
+    assert (template["prefix"], template["appliedFors"]) == ("ray-train-dev",
+                                                             ["PULL_THROUGH_CACHE"])
+    assert json.loads(template["lifecyclePolicy"]) == cache_lifecycle_policy()
+    (rule,) = cache_lifecycle_policy()["rules"]
+    assert rule["selection"] == {"tagStatus": "any", "countType": "sinceImagePulled",
+                                 "countUnit": "days", "countNumber": UNPULLED_DAYS}
+    assert rule["action"] == {"type": "expire"}
+    assert template["resourceTags"] == {"environment": "dev", "project": "eks-ray-train"}
+    assert template["customRoleArn"] == "arn:aws:iam::123456789012:role/images-repository-creation"
+    role = dev.one("aws:iam/role:Role", "repository-creation").inputs
+    assert json.loads(role["assumeRolePolicy"])["Statement"][0]["Principal"] == {
+        "Service": "ecr.amazonaws.com"}
+    assert json.loads(dev.one(ROLE_POLICY, "repository-creation").inputs["policy"])[
+        "Statement"] == [{"Effect": "Allow", "Action": ["ecr:CreateRepository", "ecr:TagResource"],
+                          "Resource": "arn:aws:ecr:us-west-2:123456789012:repository/"
+                                      "ray-train-dev/*"}]
+    assert dev.depends_on("images-repositories", "images-repository-creation")
+    assert dev.depends_on("ray-rayjob", "images-repositories")  # no first pull before it
+
+
+def test_a_long_cluster_names_template_has_the_rules_hashed_prefix():
+    name = "a" * 36
+    m = run_program(DEV, {"clusterName": name})
+    assert m.one(TEMPLATE).inputs["prefix"] == m.one(RULE).inputs["ecrRepositoryPrefix"] == \
+        cache_prefix(name) != name
+
+
 @pytest.mark.parametrize("overrides", [{"ecrPullThroughCache": "false"},
                                        {"existingClusterName": "shared-gpu"}],
                          ids=["switched-off", "existing-cluster"])
 def test_without_the_cache_the_image_comes_from_ecr_public(overrides):
     m = run_program(DEV, overrides)
     assert not m.of_type(RULE) and not m.of_type(ROLE_POLICY, "first-pull")
+    assert not m.of_type(TEMPLATE)
     assert rayjob_images(m) == {catalog.RAY_IMAGE}
 
 
@@ -155,6 +190,8 @@ def test_efa_plugin_image_comes_from_the_stacks_own_region(path):
 
 def test_efa_plugin_registry_follows_the_regions_own_account():
     assert efa_plugin_repository("af-south-1").startswith("877085696533.dkr.ecr.af-south-1.")
+    assert efa_plugin_repository("mx-central-1").startswith("730335286997.dkr.ecr.mx-central-1.")
+    assert parse({}, "mx-central-1").region == "mx-central-1"
     assert efa_plugin_repository("cn-north-1") == (
         "918309763551.dkr.ecr.cn-north-1.amazonaws.com.cn/eks/aws-efa-k8s-device-plugin")
     with pytest.raises(ConfigError) as e:

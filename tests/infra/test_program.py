@@ -120,26 +120,6 @@ def test_gpu_node_group_scales_from_zero_under_the_autoscaler(dev):
         "scalingConfig"]["maxSize"] == 5
 
 
-def test_a_scaling_change_keeps_the_live_desired_size():
-    """The aws provider sends the whole scaling block on any change of it (terraform-provider-aws
-    eks/node_group.go): the declared desired size is the live one, so raising gpuNodeCount during
-    a run keeps its nodes, and lowering it after the run (state may hold a refreshed 2) starts
-    none. ignoreChanges would send the size in Pulumi's state instead."""
-    first = run_program(DEV)
-    assert first.ignore_changes["eks-gpu"] == []
-    key = ("ray-train-dev", "ray-train-dev-gpu")
-    first.scaling[key]["desiredSize"] = 2  # a run: the autoscaler added two nodes
-    during = run_program(DEV, {"gpuNodeCount": "3"}, mocks=RecordingMocks("us-west-2", prior=first))
-    assert during.one(NODE_GROUP, "gpu").inputs["scalingConfig"] == {
-        "minSize": 0, "desiredSize": 2, "maxSize": 3}
-    during.scaling[key]["desiredSize"] = 0  # the run ended; its nodes went
-    after = run_program(DEV, {"gpuNodeCount": "1"}, mocks=RecordingMocks("us-west-2", prior=during))
-    assert after.one(NODE_GROUP, "gpu").inputs["scalingConfig"]["desiredSize"] == 0
-    after.scaling[key]["desiredSize"] = 3
-    capped = run_program(DEV, {"gpuNodeCount": "1"}, mocks=RecordingMocks("us-west-2", prior=after))
-    assert capped.one(NODE_GROUP, "gpu").inputs["scalingConfig"]["desiredSize"] == 1  # <= max
-
-
 def test_node_groups_follow_the_cluster_version_and_policies_outlive_them(dev):
     for group in ("system", "gpu"):
         # With a launch template EKS (and pulumi-eks) would not default the version: upgrades
@@ -332,6 +312,26 @@ def test_a_hub_token_stored_in_plaintext_is_refused_before_any_resource():
                                           r"pulumi config set --secret hfToken"):
         run_program(DEV, {"hfToken": "hf_plain_token"}, mocks=mocks)
     assert mocks.resources == []
+
+
+TRACKING = {"mlflowTrackingUri": "https://mlflow.example.com", "mlflowTrackingUsername": "alice"}
+
+
+def test_tracking_credentials_go_into_a_kubernetes_secret_only():
+    from stack.config import ConfigError
+
+    mocks = RecordingMocks("us-west-2")
+    with pytest.raises(ConfigError, match=r"mlflowTrackingPassword: stored in plaintext .*"
+                                          r"pulumi config set --secret mlflowTrackingPassword"):
+        run_program(DEV, {**TRACKING, "mlflowTrackingPassword": "s3cret"}, mocks=mocks)
+    assert mocks.resources == []
+    m = run_program(DEV, TRACKING, secrets={"mlflowTrackingPassword": "s3cret"})
+    secret = m.one("kubernetes:core/v1:Secret", "mlflow").inputs
+    assert secret["metadata"] == {"name": "mlflow-tracking", "namespace": "ray"}
+    assert m.secret_inputs["ray-mlflow"] >= {"stringData"}  # encrypted in the state
+    assert "s3cret" in json.dumps(secret["stringData"])
+    assert "s3cret" not in json.dumps(m.one("kubernetes:ray.io/v1:RayJob").inputs)
+    assert m.depends_on("ray-rayjob", "ray-mlflow")
 
 
 def test_stack_outputs_and_kubeconfig_is_secret(dev):

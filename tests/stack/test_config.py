@@ -86,6 +86,15 @@ def problems(raw: dict, region: str = "us-west-2") -> list[str]:
     ({"endOnScaleUpFailure": "sometimes"}, "endOnScaleUpFailure", "true or false"),
     ({"vpcCidr": ""}, "vpcCidr", "empty; set a value"),
     ({"training": json.dumps({"lr": "fast"})}, "training.lr", "expected float"),
+    ({"mlflowTrackingUri": "ftp://mlflow.internal"}, "mlflowTrackingUri", "http:// or https://"),
+    ({"mlflowTrackingUri": "https://alice:s3cret@mlflow.example.com"}, "mlflowTrackingUri",
+     "holds credentials (user:password@)"),
+    ({"mlflowTrackingUsername": "alice", "mlflowTrackingPassword": "s3cret"},
+     "mlflowTrackingUsername / mlflowTrackingPassword", "set without mlflowTrackingUri"),
+    ({"mlflowTrackingUri": "https://mlflow.example.com", "mlflowTrackingUsername": "alice"},
+     "mlflowTrackingPassword", "required with mlflowTrackingUsername"),
+    ({"mlflowTrackingUri": "https://mlflow.example.com", "mlflowTrackingPassword": "s3cret"},
+     "mlflowTrackingUsername", "required with mlflowTrackingPassword"),
 ])
 def test_bad_input_is_rejected_naming_its_key_and_fix(raw, key, fix):
     found = problems(raw)
@@ -221,3 +230,11 @@ def test_a_stack_fine_tunes_the_shipped_instructions_unless_it_sets_data():
     assert (own.data, own.eval_fraction, own.eval_every) == ("random", 0.0, 0)
 
 
+def test_credentials_in_the_tracking_uri_are_refused_without_echoing_them():
+    found = problems({"mlflowTrackingUri": "https://alice:s3cret@mlflow.example.com"})
+    assert found and not any("s3cret" in p for p in found)
+    cfg = parse({"mlflowTrackingUri": "https://mlflow.example.com",
+                 "mlflowTrackingUsername": "alice", "mlflowTrackingPassword": "s3cret"},
+                "us-west-2")
+    assert cfg.mlflow_tracking_username == "alice" and cfg.mlflow_tracking_password_set
+    assert "s3cret" not in repr(cfg)

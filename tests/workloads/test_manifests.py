@@ -350,3 +350,26 @@ def test_mlflow_tracking_installs_the_pinned_client_and_the_job_gets_the_uri(cod
     assert flags.export  # the cluster exports the fine-tuned model by default (JOB_DEFAULTS)
     # The tests' MLflow is the client the cluster installs.
     assert MLFLOW_CLIENT in (REPO / "requirements-dev.txt").read_text().splitlines()
+
+
+def test_tracking_credentials_reach_every_ray_pod_from_the_secret_only(schema, code):
+    """mlflow reads MLFLOW_TRACKING_USERNAME / _PASSWORD itself (mlflow/environment_variables.py);
+    the RayJob names the Secret, never the values."""
+    from stack.kube import MLFLOW_SECRET
+
+    cfg = stack(mlflowTrackingUri="https://mlflow.example.com", mlflowTrackingUsername="alice",
+                mlflowTrackingPassword="s3cret")
+    job = build_rayjob(cfg, code, S3)
+    assert validate(job, schema) == [] and rayjob_rules(job) == []
+    assert "s3cret" not in json.dumps(job) and "alice" not in json.dumps(job)
+    cluster = job["spec"]["rayClusterSpec"]
+    pods = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    for pod in pods:
+        env = {e["name"]: e for e in pod["template"]["spec"]["containers"][0]["env"]}
+        for var, key in (("MLFLOW_TRACKING_USERNAME", "username"),
+                         ("MLFLOW_TRACKING_PASSWORD", "password")):
+            assert env[var] == {"name": var, "valueFrom": {"secretKeyRef": {
+                "name": MLFLOW_SECRET, "key": key}}}
+    plain = build_cluster_spec(stack(mlflowTrackingUri="https://mlflow.example.com"))
+    assert not [e for e in plain["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+                if e["name"].startswith("MLFLOW_TRACKING_")]

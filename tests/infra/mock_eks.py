@@ -1,0 +1,187 @@
+"""The mocks' EKS: what pulumi-eks and the aws provider do in AWS across updates, answered as they
+answer it (RecordingMocks mixes this in).
+
+- Reads of what does not exist fail as the engine reports a provider error: "invocation of <tok>
+  returned an error: ... reading EKS Cluster (<name>): couldn't find resource" (pulumi/pulumi
+  source_eval.go Invoke; terraform-provider-aws data sources, retry.NotFoundError).
+- The access-entry data source returns no tags (access_entry_datasource.go: no @Tags, `tags` an
+  argument echoed back).
+- eks:index:Cluster creates the cluster with the creator's entry (bootstrapClusterCreatorAdmin
+  Permissions) and one entry per `accessEntries` item, deleting the stack's own entries it no
+  longer declares; a second entry for a principal is a 409. Its `eksCluster` output is a resource
+  reference to the aws.eks.Cluster inside it, which the SDK rehydrates through getResource.
+- A node group update runs as node_group.go resourceNodeGroupUpdate does: a launch-template or
+  version change first (the roll, during which `autoscaler` may resize the group), then the whole
+  scaling block only if it differs from the state, the `ignoreChanges` paths left out of that
+  comparison; the state then records the live scaling (resourceNodeGroupRead).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+import grpc
+import pulumi
+from pulumi.runtime import rpc
+
+from infra.access import principal_key
+
+DESIRED = "scalingConfig.desiredSize"
+
+
+class ProviderInvokeError(grpc.RpcError):
+    """A provider's failed invoke as the engine answers it: a gRPC error whose details carry the
+    provider's message (pulumi/pulumi source_eval.go Invoke: "invocation of <tok> returned an
+    error: ..."); the SDK raises it in the program as a plain, catchable Exception
+    (pulumi/runtime/invoke.py, grpc_error_to_exception)."""
+
+    def __init__(self, details: str, code: grpc.StatusCode = grpc.StatusCode.UNKNOWN):
+        super().__init__(details)
+        self._details, self._code = details, code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def not_found(token: str, what: str) -> ProviderInvokeError:
+    return ProviderInvokeError(f"invocation of {token} returned an error: 1 error occurred:\n\t* "
+                               f"{what}: couldn't find resource")
+
+
+def _resource_ref(urn: str, id_: str) -> dict:
+    """A resource reference as the engine serializes one (pulumi/runtime/rpc.py)."""
+    return {rpc._special_sig_key: rpc._special_resource_sig, "urn": urn, "id": id_}
+
+
+class EksAccount:
+    """State (`prior`: the previous run's mocks): clusters (name -> principal ARN -> tags), the
+    principals of the stack's own entries, node groups' live scaling ((cluster, group) -> dict),
+    the node groups' and launch templates' Pulumi state."""
+
+    def _init_eks(self, prior: "EksAccount | None") -> None:
+        self.clusters: dict[str, dict[str, dict]] = (
+            {c: dict(e) for c, e in prior.clusters.items()} if prior else {"shared-gpu": {}})
+        self.own_entries: dict[str, set[str]] = dict(prior.own_entries) if prior else {}
+        self.scaling: dict[tuple[str, str], dict] = (
+            {k: dict(v) for k, v in prior.scaling.items()} if prior else {})
+        self.node_group_state: dict[str, dict] = dict(prior.node_group_state) if prior else {}
+        self.templates: dict[str, tuple[str, int]] = dict(prior.templates) if prior else {}
+        # Called with the live scaling of a node group while its launch template or version
+        # rolls: what cluster-autoscaler does meanwhile.
+        self.autoscaler: Callable[[dict], None] | None = None
+        self.rolls: list[str] = []  # node groups rolled in this run
+        self.scaling_sent: list[dict] = []  # UpdateNodegroupConfig scaling blocks of this run
+
+    def eks_resource(self, args: pulumi.runtime.MockResourceArgs, outputs: dict) -> None:
+        """The AWS side of an update (not a preview) of the resource types above."""
+        if args.typ == "eks:index:Cluster":
+            self._create_cluster(args.inputs.get("name") or args.name, args.inputs)
+            outputs["kubeconfigJson"] = json.dumps({"apiVersion": "v1", "kind": "Config"})
+        if args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            text = json.dumps(args.inputs, sort_keys=True, default=str)
+            old_text, version = self.templates.get(args.name, (text, 1))
+            self.templates[args.name] = (text, version + (text != old_text))
+            outputs["latestVersion"] = self.templates[args.name][1]
+        if args.typ == "aws:eks/nodeGroup:NodeGroup":
+            outputs["scalingConfig"] = self._update_node_group(args.name, dict(args.inputs))
+
+    def eks_cluster_output(self, name: str, component_urn: str, outputs: dict) -> None:
+        """`eksCluster`, once the cluster exists: a reference to the aws.eks.Cluster child,
+        registered with the monitor so that the SDK's getResource finds it."""
+        if name not in self.clusters:
+            return
+        stack, project, typ, component = component_urn.split("::")
+        assert typ.endswith("eks:index:Cluster"), component_urn  # this thread's registration
+        urn = "::".join([stack, project, f"{typ}$aws:eks/cluster:Cluster",
+                         f"{component}-eksCluster"])
+        state = {"name": name, "arn": f"arn:aws:eks:{self.region}:123456789012:cluster/{name}",
+                 "endpoint": "https://eks.example", "certificateAuthority": {"data": "Y2E="},
+                 "vpcConfig": {"clusterSecurityGroupId": "sg-eks-managed"}}
+        self.monitor.resources[urn] = pulumi.runtime.mocks.MockMonitor.ResourceRegistration(
+            urn, name, state)
+        outputs["eksCluster"] = _resource_ref(urn, name)
+
+    def _create_cluster(self, name: str, inputs: dict) -> None:
+        if name not in self.clusters:
+            self.clusters[name] = {self.deployer_issuer(): {}}
+        entries, own = self.clusters[name], self.own_entries.get(name, set())
+        wanted = {e["principalArn"]: e.get("tags") or {}
+                  for e in (inputs.get("accessEntries") or {}).values()}
+        for arn in own - set(wanted):
+            del entries[arn]
+        for arn, tags in wanted.items():
+            taken = [a for a in entries if a not in own and principal_key(a) == principal_key(arn)]
+            if taken:
+                raise ValueError(f"creating EKS Access Entry ({name}:{arn}): "
+                                 "ResourceInUseException: The specified access entry resource "
+                                 f"is already in use on this cluster (entry of {taken[0]})")
+            entries[arn] = tags
+        self.own_entries[name] = set(wanted)
+
+    def _update_node_group(self, name: str, inputs: dict) -> dict:
+        """Create, or update as the provider does; returns the live scaling (the Read)."""
+        key = (inputs["clusterName"], inputs["nodeGroupName"])
+        state = self.node_group_state.get(name)
+        ignored = DESIRED in self.ignore_changes.get(name, [])
+        if state is None or key not in self.scaling:
+            self.scaling[key] = dict(inputs["scalingConfig"])
+        else:
+            old_inputs, old = state["inputs"], state["outputs"]
+            if ignored:  # the engine puts the old input in place of the new one
+                inputs["scalingConfig"] = {**inputs["scalingConfig"],
+                                           "desiredSize": old_inputs["scalingConfig"]["desiredSize"]}
+            if (inputs.get("launchTemplate"), inputs.get("version")) != \
+                    (old["launchTemplate"], old["version"]):
+                self.rolls.append(name)
+                if self.autoscaler:
+                    self.autoscaler(self.scaling[key])
+            compared = [k for k in ("minSize", "maxSize", "desiredSize")
+                        if not (ignored and k == "desiredSize")]
+            if any(inputs["scalingConfig"][k] != old["scalingConfig"][k] for k in compared):
+                sent = dict(inputs["scalingConfig"])
+                if ignored:  # the planned value of an ignored path is the state's
+                    sent["desiredSize"] = old["scalingConfig"]["desiredSize"]
+                self.scaling[key] = sent
+                self.scaling_sent.append(sent)
+        live = dict(self.scaling[key])
+        self.node_group_state[name] = {"inputs": inputs, "outputs": {
+            "launchTemplate": inputs.get("launchTemplate"), "version": inputs.get("version"),
+            "scalingConfig": live}}
+        return live
+
+    def eks_call(self, token: str, args: dict) -> dict | None:
+        """EKS data sources; None for any other token."""
+        if token == "aws:eks/getNodeGroups:getNodeGroups":
+            return {"clusterName": args["clusterName"], "id": args["clusterName"],
+                    "names": sorted(self.existing_node_groups)}
+        if token == "aws:eks/getNodeGroup:getNodeGroup":
+            cluster, group = args["clusterName"], args["nodeGroupName"]
+            found = {"clusterName": cluster, "id": f"{cluster}:{group}", "nodeGroupName": group}
+            if (cluster, group) in self.scaling:
+                return {**found, "scalingConfigs": [self.scaling[cluster, group]]}
+            if cluster == "shared-gpu" and group in self.existing_node_groups:
+                return {**found, **self.existing_node_groups[group]}
+            raise not_found(token, f"reading EKS Node Group ({cluster}:{group})")
+        if token == "aws:eks/getAddon:getAddon":
+            cluster, addon = args["clusterName"], args["addonName"]
+            if cluster not in self.clusters or addon not in self.existing_addons:
+                raise not_found(token, f"reading EKS Add-On ({cluster}:{addon})")
+            return {"addonName": addon, "clusterName": cluster,
+                    "addonVersion": "v1.3.10-eksbuild.3", "id": addon}
+        if token == "aws:eks/getCluster:getCluster":
+            if args["name"] not in self.clusters:
+                raise not_found(token, f"reading EKS Cluster ({args['name']})")
+            return {"name": args["name"], "endpoint": "https://eks.example",
+                    "certificateAuthorities": [{"data": "Y2E="}],
+                    "vpcConfig": {"clusterSecurityGroupId": "sg-eks-managed"}}
+        if token == "aws:eks/getAccessEntry:getAccessEntry":
+            cluster, arn = args["clusterName"], args["principalArn"]
+            if arn not in self.clusters.get(cluster, {}):
+                raise not_found(token, f"reading EKS Access Entry ({cluster}:{arn})")
+            return {"clusterName": cluster, "principalArn": arn, "id": f"{cluster}:{arn}",
+                    "tags": args.get("tags") or {}, "type": "STANDARD"}
+        return None
