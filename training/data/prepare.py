@@ -77,8 +77,9 @@ class DataPlan:
 
     @property
     def fingerprint(self) -> str:
-        """The training data's identity (a resume on other data is refused)."""
-        return self.cache.fingerprint
+        """The training data's identity, with the seed of its document order (a resume on
+        other data, or in another order, is refused)."""
+        return f"{self.cache.fingerprint}-seed{self.cfg.seed}"
 
     def build(self, model_vocab: int) -> PreparedData:
         """Tokenize (or reuse), check, and return what the workers read."""

@@ -87,8 +87,8 @@ def start_state(cfg: TrainConfig, saved: checkpoint.RunState | None,
     if saved.data != data_id:
         raise checkpoint.CheckpointError(
             f"run {cfg.name!r} was trained on other data ({saved.data}, this run: {data_id}): "
-            "its data position does not apply; use the same --data, --tokenizer and --seq-len, "
-            "or a new --name")
+            "its data position does not apply; use the same --data, --tokenizer, --seq-len and "
+            "--seed, or a new --name")
     schedule, notes = resume_schedule(saved.schedule, peak=cfg.lr, warmup=cfg.warmup_steps,
                                       total=cfg.steps, at_step=saved.step)
     return dataclasses.replace(saved, schedule=schedule.to_dict()), schedule, notes
@@ -112,6 +112,6 @@ def _batches(cfg: TrainConfig, batch: BatchPlan, rank: int, world: int, vocab: i
         return lambda step, _seen, micro: random_batch(
             seed=cfg.seed, rank=rank, step=step, micro=micro, batch=size,
             seq_len=cfg.seq_len, vocab=vocab, repeat=cfg.data == "repeat")
-    samples = Samples(RunFiles.from_context().fs, data.directory)
+    samples = Samples(RunFiles.from_context().fs, data.directory, seed=cfg.seed)
     return lambda _step, seen, micro: samples.batch(seen, rank=rank, world=world, micro=micro,
                                                    batch=size)

@@ -114,7 +114,7 @@ def test_s3_data_identity_covers_its_listing_and_a_resume_on_changed_data_is_ref
     saved = tmp_path / "runs/qwen-fsdp/checkpoint-step0000002"
     saved.mkdir(parents=True)
     (saved / "COMPLETE").write_text("")
-    state = checkpoint.RunState(step=2, samples_seen=8, data=before,
+    state = checkpoint.RunState(step=2, samples_seen=8, data=f"{before}-seed0",  # DataPlan's id
                                 schedule=Schedule(1e-3, 5, 30).to_dict())
     (saved / checkpoint.STATE_FILE).write_text(json.dumps(dataclasses.asdict(state)))
     _put(s3_server, "data/b.jsonl", [{"text": "an added file"}])
