@@ -43,8 +43,10 @@ def train_func(loop_config: dict) -> None:
     batch = engine.plan.batch  # --tokens-per-step: the planner chose it to fit memory
     saved = checkpoint.resume(engine)
     state, schedule, notes = start_state(cfg, saved, data.fingerprint if data else cfg.data)
-    for note in notes if rank == 0 else ():
-        print(f"WARNING: {note}", flush=True)
+    if rank == 0 and saved and saved.step != inputs.resumed_from_step:  # the driver said the rest
+        print(f"resumed from {checkpoint.dir_name(saved.step)} after a failure", flush=True)
+        for note in notes:
+            print(f"WARNING: {note}", flush=True)
     if rank == 0 and engine.load:
         print(f"load: {engine.load['load_s']:.1f} s, peak host RSS per rank (GiB) "
               f"{engine.load['load_host_rss_gib']}", flush=True)
