@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from training.config import RANDOM_DATA, ConfigError, TrainConfig
 from training.data import DataError
 from training.data.prepare import tokenizer_name
-from training.data.tokenize import BYTES, encoder
+from training.data.tokenize import BYTES, Encoder, encoder
 from training.model.loading import ModelError
 
 if TYPE_CHECKING:
@@ -39,15 +39,7 @@ def check_model_and_data(cfg: TrainConfig) -> int | None:
 
     vocab = None
     if cfg.data not in RANDOM_DATA:
-        if not _data_exists(cfg.data):
-            raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
-                            f"{RANDOM_DATA})")
-        tok_name = tokenizer_name(cfg)
-        if is_builtin(tok_name) and tok_name != BYTES:
-            raise ModelError(f"--data {cfg.data!r} needs a tokenizer with the built-in shape "
-                             f"{cfg.model!r}: pass --tokenizer {BYTES} (UTF-8 bytes, built in) "
-                             "or a Hugging Face tokenizer id or directory")
-        tok_vocab = _tokenizer_vocab(tok_name)  # loads it: a bad --tokenizer fails here
+        tok_vocab = check_data_and_tokenizer(cfg).vocab_size()
         vocab = tok_vocab if is_builtin(cfg.model) else None
     config = model_config(cfg.model, vocab)
     limit = max_positions(config)
@@ -56,6 +48,26 @@ def check_model_and_data(cfg: TrainConfig) -> int | None:
                            f"(max_position_embeddings); use --seq-len {limit} or less"])
     check_memory_budget(cfg, config)
     return vocab
+
+
+def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
+    """--data exists and has a tokenizer: --tokenizer (a built-in shape has none of its own),
+    loaded here, so a bad one fails now."""
+    from training.model.model import is_builtin
+
+    if not _data_exists(cfg.data):
+        raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
+                        f"{RANDOM_DATA})")
+    tok_name = tokenizer_name(cfg)
+    if is_builtin(tok_name) and tok_name != BYTES:
+        raise ModelError(f"--data {cfg.data!r} needs a tokenizer with the built-in shape "
+                         f"{cfg.model!r}: pass --tokenizer {BYTES} (UTF-8 bytes, built in) "
+                         "or a Hugging Face tokenizer id or directory")
+    try:
+        return encoder(tok_name)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"--tokenizer {tok_name!r}: cannot load it "
+                         f"({str(e).splitlines()[0]})") from None
 
 
 def check_memory_budget(cfg: TrainConfig, config) -> None:
@@ -82,13 +94,6 @@ def check_memory_budget(cfg: TrainConfig, config) -> None:
 
 def _data_exists(uri: str) -> bool:
     return "://" in uri or Path(uri).exists()
-
-
-def _tokenizer_vocab(name: str) -> int:
-    try:
-        return encoder(name).vocab_size()
-    except (OSError, ValueError) as e:
-        raise ModelError(f"--tokenizer {name!r}: cannot load it ({str(e).splitlines()[0]})") from None
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Callable
 
 # Only what parsing needs at import time: `python -m training --help` answers without torch,
 # transformers or Ray (10-28 s of imports); each step of `run` imports its own layer.
-from training.config import (LOCAL_DEFAULTS, RUN_STARTED_ENV, ConfigError, TrainConfig,
-                             exclusive)
+from training.config import (LOCAL_DEFAULTS, RANDOM_DATA, RUN_STARTED_ENV, ConfigError,
+                             TrainConfig, exclusive)
 from training.data.synthetic import SHIPPED
 from training.data.tokenize import BYTES
 from training.driver import quiet
@@ -54,27 +54,40 @@ def build_parser() -> argparse.ArgumentParser:
                     "(the defaults of a laptop run; other flags still apply)")
     ap.add_argument("--demo", action="store_true", help="--local, trained on the shipped sample "
                     "text with the built-in byte tokenizer, logged and plotted every step")
+    ap.add_argument("--preview", type=int, metavar="N", help="print the first N training rows "
+                    "of --data as JSON lines {\"text\": the rendered row, \"trained\": [each "
+                    "span the loss trains on]} and exit, before any storage or Ray")
     add_config_flags(ap)
     return ap
 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:
+    return parse_args(argv)[0]
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, int | None]:
+    """The validated settings, and --preview's row count (None: train)."""
     args = vars(build_parser().parse_args(argv))
-    local, demo = args.pop("local"), args.pop("demo")
+    local, demo, preview = args.pop("local"), args.pop("demo"), args.pop("preview")
     given = {k: v for k, v in args.items() if v is not None}
     if "mlflow_tracking_uri" not in given and os.environ.get(MLFLOW_ENV):
         given["mlflow_tracking_uri"] = os.environ[MLFLOW_ENV]
     base = {**LOCAL_DEFAULTS, **DEMO_DEFAULTS} if demo else dict(LOCAL_DEFAULTS) if local else {}
     cfg = TrainConfig(**{**base, **given})
+    if preview is not None and (preview < 1 or cfg.data in RANDOM_DATA):
+        raise ConfigError([f"--preview needs a count of at least 1 and --data files (got "
+                           f"--preview {preview}, --data {cfg.data})"])
     if problems := cfg.problems() + exclusive(given):
         raise ConfigError(problems)
-    return cfg
+    return cfg, preview
 
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_local_logs()
     try:
-        cfg = parse(argv)
+        cfg, preview = parse_args(argv)
+        if preview is not None:
+            return show_preview(cfg, preview)
         summary = run(cfg)
     except InputError as e:  # every bad input: settings, data, model, storage
         print(f"error: {e}", file=sys.stderr)
@@ -83,6 +96,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     print(summary.to_json(), flush=True)
+    return 0
+
+
+def show_preview(cfg: TrainConfig, count: int) -> int:
+    """--preview: the rows as JSON lines on stdout; nothing else runs."""
+    import json
+
+    from training.data.preview import preview
+    from training.driver import checks
+
+    cfg = checks.absolute_paths(cfg)
+    for row in preview(cfg, checks.check_data_and_tokenizer(cfg), count):
+        print(json.dumps(row, ensure_ascii=False), flush=True)
     return 0
 
 

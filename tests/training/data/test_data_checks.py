@@ -160,3 +160,39 @@ def test_a_finished_run_is_left_alone_and_says_so(tmp_path, capsys):
     assert (done.steps, done.last_loss, done.export_path) == (4, 0.5, "/x/hf_model")
     assert summary.read_bytes() == before
     assert "run 'qwen-fsdp' finished at step 4 of 4 already" in capsys.readouterr().out
+
+
+def _preview(capsys, *flags: str) -> list[dict]:
+    assert cli.main(["--preview", *flags]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_preview_shows_the_rows_and_the_spans_the_loss_trains_on(tmp_path, capsys,
+                                                                 qwen_base_tokenizer):
+    tok = ["--tokenizer", str(qwen_base_tokenizer), "--data"]
+    chats = _jsonl(tmp_path / "chats.jsonl",
+                   {"messages": [{"role": "assistant", "content": "Hi! Ask me."},
+                                 {"role": "user", "content": "2+2?"},
+                                 {"role": "assistant", "content": "4"}]},
+                   {"messages": [{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": "3+3?"},
+                                 {"role": "assistant", "content": "6"},
+                                 {"role": "user", "content": "and 4+4?"},
+                                 {"role": "assistant", "content": "8"}]}, GOOD)
+    first, second = _preview(capsys, "2", *tok, chats)
+    assert first["text"].startswith("<|im_start|>system\nYou are Qwen")
+    assert first["trained"] == ["Hi! Ask me.<|im_end|>", "4<|im_end|>"]
+    assert second["trained"] == ["6<|im_end|>", "8<|im_end|>"]
+    pairs = _jsonl(tmp_path / "pairs.jsonl", {"prompt": "The capital of France is ",
+                                              "completion": "Paris"})
+    assert _preview(capsys, "5", *tok, pairs) == [
+        {"text": "The capital of France is Paris<|endoftext|>", "trained": ["Paris<|endoftext|>"]}]
+    assert not (tmp_path / "runs").exists() and not list(tmp_path.glob("**/tokens-*"))
+
+
+def test_preview_refuses_random_tokens_and_names_a_bad_row(tmp_path, capsys):
+    assert cli.main(["--preview", "3", "--data", "random"]) == cli.EXIT_BAD_INPUT
+    assert "--preview needs a count of at least 1 and --data files" in capsys.readouterr().err
+    bad = _jsonl(tmp_path / "chat.jsonl", GOOD, {"messages": "hi"})
+    assert cli.main(["--preview", "3", "--tokenizer", BYTES, "--data", bad]) == cli.EXIT_BAD_INPUT
+    assert f"{bad} row 2: `messages` must be a non-empty list" in capsys.readouterr().err

@@ -6,6 +6,7 @@ and split hold, the rows, and an identity that follows the revision."""
 from __future__ import annotations
 
 import hashlib
+import json
 import io
 import os
 
@@ -113,3 +114,12 @@ def test_the_identity_is_the_commit_a_revision_resolves_to(hub_cache):
 def test_a_split_that_is_not_there_is_refused_naming_it(hub_cache, uri, message):
     with pytest.raises(DataError, match=f"--data '{uri}': {message}"):
         Source.open(uri)
+
+
+def test_preview_reads_a_hub_split_through_the_job_cli(hub_cache, capsys):
+    from training.driver import cli
+
+    assert cli.main(["--preview", "1", "--tokenizer", "bytes", "--data", "hf://org/chat:test"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row == {"text": "<|user|>\nquestion 9\n<|assistant|>\nanswer 9<|endoftext|>",
+                   "trained": ["answer 9<|endoftext|>"]}
