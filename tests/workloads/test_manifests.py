@@ -291,8 +291,8 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
     # One evaluation set at a time: --eval-data takes the place of --eval-fraction; and
     # --epochs the place of --steps.
     exclusive = {"eval_fraction": wanted.pop("eval_fraction"), "epochs": wanted.pop("epochs")}
-    for settings in (wanted, {**{k: v for k, v in wanted.items() if k not in ("eval_data", "steps")},
-                              **exclusive}):
+    others = {k: v for k, v in wanted.items() if k not in ("eval_data", "steps")}
+    for settings in (wanted, {**others, **exclusive}):
         cfg = stack(training=json.dumps({setting_key(k): v for k, v in settings.items()}))
         args = shlex.split(build_rayjob(cfg, code, S3)["spec"]["entrypoint"])
         job = parse_flags(args[3:])

@@ -1,4 +1,4 @@
-"""`--data hf://org/name[/config][@revision][:split]`: one split of a dataset on the Hugging Face Hub.
+"""`--data hf://org/name[/config][@revision][:split]`: one split of a Hugging Face Hub dataset.
 
 Fetched with huggingface_hub's own `snapshot_download` into its cache (`HF_HUB_CACHE`, shared with
 the models; `HF_TOKEN` for gated or private sets), in two calls on one code path, online and

@@ -55,7 +55,8 @@ def hub_cache(tmp_path, monkeypatch):
     cache = tmp_path / "hub"
     chat = cache / "datasets--org--chat"
     _commit(chat, MAIN, {"README.md": CARD.encode(),
-                         "data/train-00000-of-00001.parquet": _parquet([_chat(i) for i in range(3)]),
+                         "data/train-00000-of-00001.parquet": _parquet([_chat(i)
+                                                                        for i in range(3)]),
                          "data/test-00000-of-00001.parquet": _parquet([_chat(9)]),
                          "short/a.jsonl": b'{"text": "short one"}\n'})
     _commit(chat, V2, {"README.md": CARD.encode(),

@@ -111,7 +111,8 @@ def test_relative_model_and_tokenizer_directories_become_absolute_once(tmp_path,
     (tmp_path / "tok").mkdir()
     monkeypatch.chdir(tmp_path)
     cfg = absolute_paths(cli.parse(["--model", "runs/exp/hf_model", "--tokenizer", "tok"]))
-    assert (cfg.model, cfg.tokenizer) == (str(tmp_path / "runs/exp/hf_model"), str(tmp_path / "tok"))
+    assert (cfg.model, cfg.tokenizer) == (str(tmp_path / "runs/exp/hf_model"),
+                                          str(tmp_path / "tok"))
     # Hub ids, S3 directories, built-in names and `bytes` are not local directories here.
     for model, tokenizer in (("Qwen/Qwen2.5-1.5B", "bytes"), ("s3://b/m/", None), ("tiny", None)):
         cfg = absolute_paths(cli.parse(["--model", model] + (["--tokenizer", tokenizer]
