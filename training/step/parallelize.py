@@ -73,7 +73,8 @@ def reduce_in_after_lazy_init(model: nn.Module, dtype: str) -> None:
     `_validate_no_meta_params`), and a pretrained --model is still on the meta device until
     `loading.load_sharded` fills it after sharding. FSDP2 registers the root's pre-forward hook
     with `prepend=True` (torch/distributed/fsdp/_fully_shard/_fsdp_state.py, `FSDPState.init`,
-    torch 2.11 and 2.13), so a hook registered after it runs after the lazy init, once."""
+    read in torch 2.13; `bench/device-run.sh pretrained` runs it on the GPU machine's 2.11), so
+    a hook registered after it runs after the lazy init, once."""
     def once(module: nn.Module, _args) -> None:
         handle.remove()
         reduce_in(module, dtype)
