@@ -14,13 +14,16 @@
 #            (bench.checkpoints), and the reference with and without FSDP1's no_sync() at
 #            world size 1
 #   fine-tune one GPU, about 5 minutes: the document-mask variants; loading both ways
+#   pretrained one GPU, about 2 minutes: the job with --accum-dtype fp32 --reduce-dtype bf16 on a
+#            pretrained directory (a tiny Qwen2 saved there: the machine reaches no hub), trained
+#            on the shipped chat set and exported (CPU rehearsal: the same command, no GPU)
 # Afterwards, here: copy $OUT's JSON into bench/runs/<date>/ and run `python -m bench.results`
 # (RESULTS.md) and `python -m bench.calibrate --fit bench/runs/<date>/calibration.json`.
 # MODEL/SEQ/WORKERS override the shape for a CPU rehearsal of the flags (tests/bench/test_runbook.py
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -93,6 +96,18 @@ fine-tune)  # one GPU: packed rows with a document mask vs causal (issue 19); lo
     --json-out "$OUT/docmask.json" 2>&1 | tee "$OUT/fine-tune.log"
   timeout 150 python3 -m bench.loading --shape "$MODEL" --runs cuda:1,cpu:4 \
     --out "$OUT/loading.json" 2>&1 | tee -a "$OUT/fine-tune.log"
+  ;;
+pretrained)  # one GPU: the root's lazy init used to run on the meta parameters of a pretrained
+  # --model when accumulation and reduce dtypes differ (torch's _validate_no_meta_params)
+  python3 -c "from transformers import AutoModelForCausalLM as M; from training.model.model import model_config as c; M.from_config(c('tiny', 257)).save_pretrained('/tmp/pretrained-tiny')"
+  timeout 170 python3 -m training --model /tmp/pretrained-tiny --tokenizer bytes \
+    --data training/data/sample_data/instructions.jsonl --num-workers 1 --seq-len 256 \
+    --micro-batch-size 4 --grad-accum 4 --accum-dtype fp32 --reduce-dtype bf16 --steps 6 \
+    --log-every 1 --checkpoint-every 0 --storage-path /tmp/runs --name pretrained-fp32-accum \
+    --export 2>&1 | tee "$OUT/pretrained.log"
+  tail -n 1 "$OUT/pretrained.log" > "$OUT/pretrained.json"
+  cp /tmp/runs/pretrained-fp32-accum/hf_model/generation_config.json \
+    "$OUT/pretrained-generation-config.json"
   ;;
 *) echo "unknown part $PART" >&2; exit 2 ;;
 esac

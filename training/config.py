@@ -12,7 +12,7 @@ import difflib
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Collection, Literal, Mapping
 from training.errors import ConfigError
 
 TRANSPORT_EXPECTATIONS = ("any", "efa")
@@ -34,6 +34,10 @@ class TrainConfig:
                                   "--data text files, or `bytes` (UTF-8 bytes, built in); "
                                   "defaults to --model"})
     steps: int = field(default=30, metadata={"help": "optimizer steps to train (in total, across resumes)"})
+    epochs: float | None = field(default=None, metadata={"help": "train this many passes over "
+                                 "--data instead of --steps: the steps follow from the tokenized "
+                                 "data and the batch (rounded up) and are logged; every epoch "
+                                 "reads the documents in a new order seeded by --seed"})
     seq_len: int = field(default=128, metadata={"help": "tokens per sequence"})
     micro_batch_size: int = field(default=4, metadata={"help": "sequences per worker per forward pass"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
@@ -44,8 +48,9 @@ class TrainConfig:
     num_workers: int = field(default=2, metadata={"help": "Ray Train workers (one per GPU on GPU clusters)"})
     use_gpu: bool | None = field(default=None, metadata={"help": "one GPU per worker; default: only "
                                  "when the Ray cluster has GPUs"})
-    data: str = field(default="random", metadata={"help": "a path or s3:// URI of .jsonl or "
-                      ".parquet files with a `text`, `prompt` + `completion`, or `messages` column "
+    data: str = field(default="random", metadata={"help": "a path, an s3:// URI or a Hugging "
+                      "Face Hub dataset (hf://org/name[/config][@revision][:split], default split "
+                      "train) of .jsonl or .parquet files with a `text`, `prompt` + `completion`, or `messages` column "
                       "(the format is told from the columns); or `random` (fresh deterministic "
                       "random tokens each step) or `repeat` (one random batch over and over), for "
                       "transport and throughput checks only"})
@@ -197,6 +202,9 @@ class TrainConfig:
         if self.eval_every < 0:
             out.append(f"--eval-every must be 0 or more (got {self.eval_every})")
         text = self.data not in RANDOM_DATA
+        if self.epochs is not None and not (self.epochs > 0 and text):
+            out.append(f"--epochs must be positive and needs --data files (got {self.epochs} on "
+                       f"--data {self.data}); random tokens have no epochs: use --steps")
         if self.eval_fraction and self.eval_data:
             out.append("--eval-fraction and --eval-data both set: evaluate on one of them")
         if (self.eval_fraction or self.eval_data) and not text:
@@ -225,6 +233,13 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def exclusive(given: Collection[str]) -> list[str]:
+    """Problems of fields given together that exclude each other (field names)."""
+    if "steps" in given and "epochs" in given:
+        return ["--steps and --epochs both set: --epochs derives the steps; give one of them"]
+    return []
 
 
 def flag_name(name: str) -> str:
@@ -283,7 +298,7 @@ def from_settings(settings: Mapping[str, Any], prefix: str = "",
     cfg = TrainConfig(**values, **(fixed or {}))
     flag_to_key = {f"--{flag_name(f.name)}": setting_key(f.name) for f in dataclasses.fields(TrainConfig)}
     found = [re.sub(r"^(--[a-z-]+)", lambda m: f"{prefix}{flag_to_key.get(m[1], m[1])} ({m[1]})", p)
-             for p in cfg.problems()]
+             for p in cfg.problems() + exclusive(values)]
     if found:
         raise ConfigError(found)
     return cfg

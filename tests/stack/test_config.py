@@ -8,7 +8,7 @@ from datetime import date
 import pytest
 
 from stack.config import ConfigError, parse
-from tests.conftest import REPO
+from training.config import TrainConfig
 from tests.stack.stacks import STACK_FILES, raw_config, stack_name
 
 
@@ -215,19 +215,21 @@ def test_the_default_batch_is_large_and_follows_the_run(nodes, training, tokens)
     assert cfg.training.tokens_per_step == tokens and cfg.training.reduce_dtype == "bf16"
 
 
-def test_a_stack_fine_tunes_the_shipped_instructions_unless_it_sets_data():
-    """Never the pretrained checkpoint on random tokens by default: the shipped instruction set
-    (inside the code bundle), with a held-out split and a full fine-tuning learning rate."""
-    from workloads.code_bundle import bundle
-
+def test_a_stack_fine_tunes_a_real_instruction_set_unless_it_sets_data():
+    """Never the pretrained checkpoint on random tokens by default, nor a toy set repeated: a
+    public chat set from the Hub with its own test split, at a full fine-tuning learning rate;
+    a stack's `epochs` replaces the default `steps`."""
     default = parse({}, "us-west-2").training
-    assert default.data == "training/data/sample_data/instructions.jsonl" and default.lr <= 2e-5
-    assert default.eval_fraction > 0 and default.eval_every > 0
-    shipped = {item["path"] for item in bundle(REPO).items}
-    assert default.data in shipped
+    assert default.data == "hf://trl-lib/Capybara" and default.lr <= 2e-5
+    assert default.eval_data == "hf://trl-lib/Capybara:test" and default.eval_every > 0
+    assert default.epochs is None and default.steps == 100
+    by_epochs = parse({"training": json.dumps({"epochs": 2})}, "us-west-2").training
+    assert (by_epochs.epochs, by_epochs.steps) == (2.0, TrainConfig().steps)
+    with pytest.raises(ConfigError, match=r"training.steps \(--steps\) and --epochs both set"):
+        parse({"training": json.dumps({"epochs": 2, "steps": 10})}, "us-west-2")
     # A stack's own data (here random tokens for a transport check) drops the default split.
     own = parse({"training": json.dumps({"data": "random"})}, "us-west-2").training
-    assert (own.data, own.eval_fraction, own.eval_every) == ("random", 0.0, 0)
+    assert (own.data, own.eval_data, own.eval_every) == ("random", None, 0)
 
 
 def test_credentials_in_the_tracking_uri_are_refused_without_echoing_them():

@@ -31,10 +31,9 @@ def tokenizer_dir(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="session")
-def qwen_template_tokenizer(tmp_path_factory):
-    """A small byte-level BPE with Qwen2.5's special tokens, EOS and chat template (read from
-    ../shared/reference/qwen2.5, never copied here): the real template on an offline tokenizer."""
+def _qwen_like(out, eos: str | None = None, extra: tuple[str, ...] = ()):
+    """A small byte-level BPE with Qwen2.5's special tokens and chat template (read from
+    ../shared/reference/qwen2.5, never copied here), trained on the shipped corpus (+ `extra`)."""
     import json
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -49,14 +48,28 @@ def qwen_template_tokenizer(tmp_path_factory):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+    tok.train_from_iterator([*corpus, *extra], trainers.BpeTrainer(
         vocab_size=600, special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    out = tmp_path_factory.mktemp("qwen-template-tokenizer")
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=ref["eos_token"],
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos or ref["eos_token"],
                             pad_token=ref["pad_token"],
                             chat_template=ref["chat_template"]).save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def qwen_template_tokenizer(tmp_path_factory):
+    """Qwen2.5 Instruct's special tokens, EOS (`<|im_end|>`) and chat template on an offline
+    tokenizer: the real template."""
+    return _qwen_like(tmp_path_factory.mktemp("qwen-template-tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def qwen_base_tokenizer(tmp_path_factory):
+    """As Qwen/Qwen2.5-1.5B (the base model) has it: the same template and specials, EOS
+    `<|endoftext|>` while every turn ends in `<|im_end|>`; its BPE has `" Paris"`."""
+    return _qwen_like(tmp_path_factory.mktemp("qwen-base-tokenizer"), "<|endoftext|>",
+                      ("The capital of France is Paris.",) * 20)
 
 
 @pytest.fixture()

@@ -288,10 +288,11 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
     hints = typing.get_type_hints(TrainConfig)
     wanted = {f.name: _non_default(f, hints[f.name]) for f in dataclasses.fields(TrainConfig)
               if f.name not in SET_BY_THE_STACK}
-    # One evaluation set at a time: --eval-data takes the place of --eval-fraction.
-    exclusive = {"eval_fraction": wanted.pop("eval_fraction")}
-    for settings in (wanted, {**{k: v for k, v in wanted.items() if k != "eval_data"},
-                              **exclusive}):
+    # One evaluation set at a time: --eval-data takes the place of --eval-fraction; and
+    # --epochs the place of --steps.
+    exclusive = {"eval_fraction": wanted.pop("eval_fraction"), "epochs": wanted.pop("epochs")}
+    others = {k: v for k, v in wanted.items() if k not in ("eval_data", "steps")}
+    for settings in (wanted, {**others, **exclusive}):
         cfg = stack(training=json.dumps({setting_key(k): v for k, v in settings.items()}))
         args = shlex.split(build_rayjob(cfg, code, S3)["spec"]["entrypoint"])
         job = parse_flags(args[3:])

@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pyarrow.fs as pafs
 
 from training.data import DataError
-from training.data.formats import RowError, detect
+from training.data.formats import Format, RowError, detect
 from training.data.source import Source
 from training.data.tokenize import Encoder
 
@@ -72,6 +73,19 @@ class _Packed:
         return self.tokens // block
 
 
+def documents(source: Source, enc: Encoder, loss_tokens: str) -> Iterator[
+        tuple[str, int, Format, list[int], list[bool]]]:
+    """(file, row number, format, ids, trained flags) of every row in order, the format told
+    from the first row; a row that cannot train is a DataError naming its file and row."""
+    fmt = None
+    for where, number, row in source.rows():
+        try:
+            fmt = fmt or detect(list(row))
+            yield where, number, fmt, *fmt.tokens(row, enc, loss_tokens)
+        except RowError as e:
+            raise DataError(f"{where} row {number}: {e}") from None
+
+
 @dataclass(frozen=True)
 class TokenCache:
     """The tokenized, packed samples of one run's data in `directory` on `fs`."""
@@ -114,12 +128,8 @@ class TokenCache:
         train = _Packed(self.fs, f"{self.directory}/{TOKENS_FILE}")
         held = _Packed(self.fs, f"{self.directory}/{EVAL_FILE}")
         fmt, max_id, trained_tokens = None, -1, 0
-        for doc, (where, number, row) in enumerate(source.rows()):
-            try:
-                fmt = fmt or detect(list(row))
-                ids, trained = fmt.tokens(row, enc, loss_tokens)
-            except RowError as e:
-                raise DataError(f"{where} row {number}: {e}") from None
+        for doc, (where, number, fmt, ids, trained) in enumerate(documents(source, enc,
+                                                                           loss_tokens)):
             max_id = max(max_id, max(ids))
             if max_id > ID_MASK:
                 raise DataError(f"{where} row {number}: token id {max_id} is beyond the "

@@ -1,10 +1,17 @@
 """Which packed samples each rank reads (positions by count, so resumes are exact), and what a
 packed sample means to the model: labels only where the loss trains, positions that restart at
 every document, so that attention never crosses a document boundary (transformers builds a
-block-diagonal mask from such positions when the attention mask is None: model.py)."""
+block-diagonal mask from such positions when the attention mask is None: model.py).
+
+Training reads the documents in a new seeded order every epoch (`EpochOrder`), as HF Trainer's
+and TRL's seeded samplers reshuffle every epoch; evaluation reads the file in order.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from typing import NamedTuple
 
 import numpy as np
@@ -48,31 +55,92 @@ def decode(rows: np.ndarray) -> Batch:
     return Batch(ids[:, :-1], labels, index - last_begin)
 
 
+_M32 = (1 << 32) - 1
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer (Steele, Lea and Flood, "Fast splittable pseudorandom number
+    generators", 2014): a bijection of uint64 that scatters consecutive inputs. Integer
+    arithmetic, so the order is the same on every numpy (no RNG stream to change)."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+class EpochOrder:
+    """Epoch e's samples: every document of the file, in the order of a hash of (seed, e,
+    document), concatenated and cut into rows of `width` tokens (the epoch's last partial row is
+    left unread). Sample k of epoch e is a pure function of (seed, e, k): a resume on any number
+    of workers continues the same order."""
+
+    def __init__(self, tokens: np.ndarray, width: int, seed: int):
+        self.tokens, self.width, self.seed = tokens, width, seed
+        self.starts = np.flatnonzero(tokens & START)
+        self.lengths = np.diff(np.append(self.starts, len(tokens)))
+        self._epoch: int | None = None
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The documents of epoch `epoch`, in reading order."""
+        salt = _mix(np.array([(self.seed & _M32) << 32 | (epoch & _M32)], dtype=np.uint64))
+        return np.argsort(_mix(np.arange(len(self.starts), dtype=np.uint64) ^ salt), kind="stable")
+
+    def row(self, epoch: int, k: int) -> np.ndarray:
+        if epoch != self._epoch:  # consecutive reads stay in one epoch: ordered once
+            self._perm = self.order(epoch)
+            self._ends = np.cumsum(self.lengths[self._perm])
+            self._epoch = epoch
+        at, end = k * self.width, (k + 1) * self.width
+        j, parts = int(np.searchsorted(self._ends, at, side="right")), []
+        while at < end:  # the documents (or parts) that fill the row
+            doc = self._perm[j]
+            offset = at - (self._ends[j] - self.lengths[doc])
+            take = min(end - at, self.lengths[doc] - offset)
+            parts.append(self.tokens[self.starts[doc] + offset:][:take])
+            at, j = at + take, j + 1
+        return np.concatenate(parts)
+
+
+def _mapped(fs: pafs.FileSystem, path: str) -> np.ndarray:
+    """A token file as a read-only memory map: in place on a local filesystem, else copied once
+    to a local temporary file (shuffled documents would cost one S3 request each)."""
+    local = path
+    if not isinstance(fs, pafs.LocalFileSystem):
+        fd, local = tempfile.mkstemp(prefix="tokens-", suffix=".u32")
+        with fs.open_input_stream(path) as src, os.fdopen(fd, "wb") as dst:
+            shutil.copyfileobj(src, dst, 64 * 2**20)
+    try:
+        return np.memmap(local, dtype=DTYPE, mode="r") if os.path.getsize(local) \
+            else np.zeros(0, dtype=DTYPE)
+    finally:
+        if local != path:
+            os.unlink(local)  # the map keeps its pages until the worker exits
+
+
 class Samples:
-    """Random access to the packed samples of a TokenCache file (a worker reads only what it
-    trains on)."""
+    """Random access to the packed samples of a TokenCache file. With a `seed` (training), the
+    documents in a new order each epoch (EpochOrder); without (evaluation), the file's rows."""
 
     def __init__(self, fs: pafs.FileSystem, directory: str, file: str = TOKENS_FILE,
-                 count_key: str = "samples"):
+                 count_key: str = "samples", seed: int | None = None):
         index = TokenCache(fs, directory, "").index()
         if index is None:
             raise DataError(f"tokenized data {directory} is incomplete (no index.json)")
         self.n, self.width = index[count_key], index["sample_tokens"]
         if self.n < 1:
             raise DataError("the data holds no full sample; add data or lower --seq-len")
-        self.file = fs.open_input_file(f"{directory}/{file}")
+        self.tokens = _mapped(fs, f"{directory}/{file}")
+        self.order = None if seed is None else EpochOrder(self.tokens, self.width, seed)
 
     def rows(self, start: int, count: int) -> np.ndarray:
-        """Samples start .. start+count-1 (wrapping around at the end: the next epoch)."""
-        out, i = [], start
-        while len(out) < count:
-            row = i % self.n
-            take = min(count - len(out), self.n - row)
-            raw = self.file.read_at(take * self.width * DTYPE.itemsize,
-                                    row * self.width * DTYPE.itemsize)
-            out.extend(np.frombuffer(raw, dtype=DTYPE).reshape(take, self.width))
-            i += take
-        return np.stack(out)
+        """Samples start .. start+count-1, counted across epochs (sample i is row i % n of
+        epoch i // n)."""
+        picks = range(start, start + count)
+        if self.order is not None:
+            return np.stack([self.order.row(i // self.n, i % self.n) for i in picks])
+        rows = self.tokens[:self.n * self.width].reshape(self.n, self.width)
+        return rows[[i % self.n for i in picks]]
 
     def batch(self, samples_seen: int, *, rank: int, world: int, micro: int,
               batch: int) -> Batch:

@@ -4,6 +4,7 @@ say what the run trains on."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -43,13 +44,30 @@ class EvalSet:
 @dataclass(frozen=True)
 class PreparedData:
     """What the driver tokenized for the workers (`DataPlan.build`): where the samples are, the
-    data's identity (a resume on other data is refused), its format, the evaluation set and the
-    log's line on what the run trains on."""
+    data's identity (a resume on other data is refused), its format, the evaluation set, the
+    run's steps (--epochs: derived from the samples) and the log's line on what it trains on."""
     directory: str
     fingerprint: str
     data_format: str
     eval: EvalSet | None
     summary: str
+    steps: int
+
+
+def samples_per_step(cfg: TrainConfig) -> int:
+    """Samples all workers consume in one optimizer step (memory.plan_batch keeps
+    --tokens-per-step's count of sequences whatever micro-batch it picks)."""
+    if cfg.tokens_per_step:
+        return max(1, cfg.tokens_per_step // (cfg.seq_len * cfg.num_workers)) * cfg.num_workers
+    return cfg.num_workers * cfg.grad_accum * cfg.micro_batch_size
+
+
+def run_steps(cfg: TrainConfig, samples: int) -> int:
+    """--steps, or the steps of --epochs passes over `samples` (rounded up, as HF Trainer's
+    max_steps from num_train_epochs)."""
+    if cfg.epochs is None:
+        return cfg.steps
+    return max(1, math.ceil(cfg.epochs * samples / samples_per_step(cfg)))
 
 
 @dataclass(frozen=True)
@@ -77,8 +95,9 @@ class DataPlan:
 
     @property
     def fingerprint(self) -> str:
-        """The training data's identity (a resume on other data is refused)."""
-        return self.cache.fingerprint
+        """The training data's identity, with the seed of its document order (a resume on
+        other data, or in another order, is refused)."""
+        return f"{self.cache.fingerprint}-seed{self.cfg.seed}"
 
     def build(self, model_vocab: int) -> PreparedData:
         """Tokenize (or reuse), check, and return what the workers read."""
@@ -103,7 +122,8 @@ class DataPlan:
             evaluated = EvalSet(self.cache.directory, held_out=True,
                                 samples=index["eval_samples"])
         return PreparedData(self.cache.directory, self.fingerprint, index["data_format"],
-                            evaluated, describe(cfg, index, evaluated))
+                            evaluated, describe(cfg, index, evaluated),
+                            run_steps(cfg, index["samples"]))
 
 
 def _check_vocab(index: dict, model_vocab: int, tok: str, cfg: TrainConfig) -> None:
@@ -124,5 +144,8 @@ def describe(cfg: TrainConfig, index: dict | None, evaluated: EvalSet | None) ->
     trains_on = "every token" if cfg.loss_tokens == "all" else BY_NAME[fmt].trains
     held = f"; evaluated on {evaluated.samples} samples" if evaluated else ""
     tokenizer = "bytes (built in)" if tokenizer_name(cfg) == BYTES else tokenizer_name(cfg)
+    steps, per_step = run_steps(cfg, index["samples"]), samples_per_step(cfg)
     return (f"data: {fmt} format, {index['documents']} documents in {index['samples']} samples "
-            f"of {cfg.seq_len + 1} tokens (tokenizer {tokenizer}), loss on {trains_on}{held}")
+            f"of {cfg.seq_len + 1} tokens (tokenizer {tokenizer}), loss on {trains_on}{held}; "
+            f"{steps} steps of {per_step} samples = {steps * per_step / index['samples']:.2f} "
+            "epochs, each in its own document order")

@@ -4,7 +4,8 @@ Files are read where the driver runs, before Ray starts, so a bad row is reporte
 and row number before anything is spent. A directory is every `.jsonl`, `.json` and `.parquet`
 file under it, sorted by path. The identity of a local file is its content's sha256 (a copy of
 the same data is the same data); of an S3 object, its key, size and last-modified time, which
-every PUT renews (pyarrow's listing carries no ETag).
+every PUT renews (pyarrow's listing carries no ETag). A Hugging Face Hub split (`hf://`, hub.py)
+is its files in the local hub cache, identified by the commit they were fetched at.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Iterator
 import pyarrow.fs as pafs
 from pyarrow.lib import ArrowException
 
-from training.data import DataError
+from training.data import DataError, hub
 from training.storage import StorageError, resolve
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -29,9 +30,12 @@ class Source:
     fs: pafs.FileSystem
     root: str  # path of `uri` on `fs`
     files: tuple[pafs.FileInfo, ...]
+    hub_commit: tuple[str, str] | None = None  # (repo, commit) of a Hugging Face Hub split
 
     @classmethod
     def open(cls, uri: str, flag: str = "--data") -> "Source":
+        if hub.is_hub(uri):
+            return cls._from_hub(uri, flag)
         try:
             storage = resolve(uri, flag)
             info = storage.filesystem.get_file_info(storage.path)
@@ -48,7 +52,20 @@ class Source:
             raise DataError(f"{flag} {uri!r}: no such file, or no {'/'.join(SUFFIXES)} files in it")
         return cls(uri, storage.filesystem, storage.path, tuple(files))
 
+    @classmethod
+    def _from_hub(cls, uri: str, flag: str) -> "Source":
+        snap = hub.fetch(uri, flag, SUFFIXES)
+        fs = pafs.LocalFileSystem()
+        files = fs.get_file_info([f"{snap.folder}/{name}" for name in snap.files])
+        return cls(uri, fs, snap.folder, tuple(files), (snap.repo, snap.commit))
+
+    def _name(self, info: pafs.FileInfo) -> str:
+        return info.path[len(self.root):].lstrip("/")
+
     def display(self, info: pafs.FileInfo) -> str:
+        if self.hub_commit:
+            repo, commit = self.hub_commit
+            return f"hf://{repo}@{commit[:12]}/{self._name(info)}"
         local = isinstance(self.fs, pafs.LocalFileSystem)
         return info.path if local else f"s3://{info.path}"
 
@@ -56,8 +73,10 @@ class Source:
         """(name under the source, size, content identity) of every file."""
         out = []
         for f in self.files:
-            name = f.path[len(self.root):].lstrip("/")
-            if isinstance(self.fs, pafs.LocalFileSystem):
+            name = self._name(f)
+            if self.hub_commit:  # a commit is content-addressed: nothing to hash
+                out.append((name, f.size, "@".join(self.hub_commit)))
+            elif isinstance(self.fs, pafs.LocalFileSystem):
                 with self.fs.open_input_stream(f.path) as stream:
                     digest = hashlib.file_digest(stream, "sha256").hexdigest()
                 out.append((name, f.size, digest))

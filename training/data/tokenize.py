@@ -3,22 +3,38 @@ Hugging Face one.
 
 One document is what the tokenizer's own `encode` produces (with the special tokens the
 tokenizer adds itself, such as Llama 3's and Gemma's BOS) followed by its EOS, when it defines
-one; no id is ever invented for a missing EOS. Chat documents are the tokenizer's chat template,
-which ends each turn itself. Qwen2.5's template has no `{% generation %}` block, so transformers'
-`return_assistant_tokens_mask` gives no mask for it (transformers #34172, TRL PR #4201): the
-assistant spans are found instead by rendering the conversation's prefixes and taking the
-differences of their token lengths, which holds wherever a prefix's tokens are a prefix of the
-whole conversation's (checked for every conversation; a template where it does not is an error).
+one; no id is ever invented for a missing EOS. Text typed in a document is text: special-token
+text in `text`, `prompt` or `completion` is tokenized as the characters it is
+(`split_special_tokens`), never as that special token.
+
+Chat documents are the tokenizer's chat template, which ends each turn itself. Qwen2.5's template
+has no `{% generation %}` block, so transformers' `return_assistant_tokens_mask` gives no mask for
+it (transformers #34172, TRL PR #4201): an assistant turn's content starts where the template,
+given the turns before it and that assistant turn with a placeholder for its content, puts the
+placeholder (the default system prompt and the header before a first assistant turn stay
+untrained); it ends with the turn's end-of-turn token. Both hold wherever that rendering's
+tokens are a prefix of the whole conversation's (checked for every turn; a template where it does
+not is an error). Special-token text inside a message is refused by name: the template's own
+special tokens structure the turns, and the same text typed by a user would end one.
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Sequence
+
 from training.errors import InputError
 
 BYTES = "bytes"  # built-in tokenizer: UTF-8 bytes, end-of-text 256 (no download, for the demo)
 BYTES_VOCAB = 257
+BYTES_EOS_TEXT = "<|endoftext|>"  # how the byte tokenizer's export spells id 256
+# The byte tokenizer's chat format as a Jinja chat template (its export carries it, so the model
+# is prompted exactly as it was trained): ByteEncoder.chat, turn by turn.
+BYTES_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] }}"
+    "{% if message['role'] == 'assistant' %}{{ eos_token }}{% else %}{{ '\\n' }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")
+_CONTENT = "\x00assistant content\x00"  # placeholder: where the template puts a turn's content
 
 
 class TokenizeError(InputError):
@@ -34,9 +50,21 @@ class Encoder:
     eos: int | None
 
     def encode(self, text: str) -> list[int]:
+        """A document's tokens, with the special tokens the tokenizer adds itself."""
+        raise NotImplementedError
+
+    def encode_plain(self, text: str) -> list[int]:
+        """The tokens of `text` alone (no BOS or other added tokens)."""
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int]) -> str:
         raise NotImplementedError
 
     def vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def end_of_turn(self) -> int | None:
+        """The token that ends an assistant turn (generation stops there), if chats have one."""
         raise NotImplementedError
 
     def text(self, text: str) -> Tokens:
@@ -44,9 +72,24 @@ class Encoder:
         return ids, [True] * len(ids)
 
     def prompt_completion(self, prompt: str, completion: str) -> Tokens:
-        """As TRL's SFTTrainer: the completion is what `prompt + completion` adds to `prompt`."""
-        n_prompt = len(self.encode(prompt))
+        """As TRL's SFTTrainer: the completion is what `prompt + completion` adds to `prompt`.
+        Where the two merge into one token across the boundary (`"... is "` + `"Paris"` with a
+        BPE that has `" Paris"`), that would train only the EOS; the completion is then tokenized
+        on its own after the prompt's tokens (what `generate` sees when given the prompt), as long
+        as that spells the same text, else the row is refused."""
+        n_prompt = len(prompt_ids := self.encode(prompt))
         ids, _ = self.text(prompt + completion)
+        if ids[:n_prompt] != prompt_ids:
+            eos = [self.eos] if self.eos is not None else []
+            apart = prompt_ids + self.encode_plain(completion) + eos
+            if self.decode(apart) != self.decode(ids):
+                merged = next((k for k, (a, b) in enumerate(zip(ids, prompt_ids)) if a != b), 0)
+                raise TokenizeError(
+                    "the prompt's end and the completion's start merge into one token "
+                    f"({self.decode(ids[merged:merged + 1])!r}), and tokenized apart they "
+                    "do not spell the same text: end the prompt or start the completion at a "
+                    "word boundary")
+            ids = apart
         return ids, [i >= n_prompt for i in range(len(ids))]
 
     def chat(self, messages: Sequence[dict]) -> Tokens:
@@ -55,15 +98,25 @@ class Encoder:
 
 class ByteEncoder(Encoder):
     """UTF-8 bytes; chats in a built-in format: each turn `<|role|>\\n` + content, an assistant
-    turn ended by the end-of-text id (trained on, so the model learns to stop), others by `\\n`."""
+    turn ended by the end-of-text id (trained on, so the model learns to stop), others by `\\n`
+    (BYTES_CHAT_TEMPLATE renders the same)."""
 
     eos = BYTES_VOCAB - 1
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode())
 
+    encode_plain = encode
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return b"".join(BYTES_EOS_TEXT.encode() if i == self.eos else bytes([i])
+                        for i in ids).decode(errors="replace")
+
     def vocab_size(self) -> int:
         return BYTES_VOCAB
+
+    def end_of_turn(self) -> int:
+        return self.eos
 
     def chat(self, messages: Sequence[dict]) -> Tokens:
         ids: list[int] = []
@@ -81,43 +134,73 @@ class HFEncoder(Encoder):
     def __init__(self, name: str):
         self.tok = hf_tokenizer(name)
         self.eos = self.tok.eos_token_id
-        self.special = {i for i, t in self.tok.added_tokens_decoder.items() if t.special}
+        self.special = {i: t.content for i, t in self.tok.added_tokens_decoder.items()
+                        if t.special}
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tok.encode(text))  # add_special_tokens as the tokenizer defines it
+        # add_special_tokens as the tokenizer defines it; typed special-token text stays text.
+        return list(self.tok.encode(text, split_special_tokens=True))
+
+    def encode_plain(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tok.decode(list(ids))
 
     def vocab_size(self) -> int:
         return len(self.tok)
 
-    def _render(self, messages: Sequence[dict], **kwargs) -> list[int]:
-        text = self.tok.apply_chat_template(list(messages), tokenize=False, **kwargs)
-        return list(self.tok.encode(text, add_special_tokens=False))
+    def end_of_turn(self) -> int | None:
+        """The first special token the template writes after an assistant turn's content
+        (Qwen2.5: `<|im_end|>`, also under the base model's EOS `<|endoftext|>`)."""
+        if self.tok.chat_template is None:
+            return None
+        chat = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _CONTENT}]
+        after = self._text(chat).partition(_CONTENT)[2]
+        return next((i for i in self._ids(after) if i in self.special), None)
+
+    def _text(self, messages: Sequence[dict], **kwargs) -> str:
+        return self.tok.apply_chat_template(list(messages), tokenize=False, **kwargs)
+
+    def _ids(self, rendered: str) -> list[int]:
+        """Template text: its special tokens are structure."""
+        return list(self.tok.encode(rendered, add_special_tokens=False))
 
     def chat(self, messages: Sequence[dict]) -> Tokens:
         """The template's rendering; each assistant turn trained from its content to its
-        end-of-turn token inclusive: the tokenizer's EOS, else the turn's last special token
-        (Qwen2.5 Instruct's EOS is `<|im_end|>`; the base model's is `<|endoftext|>`, and its
-        turns still end with `<|im_end|>`), not the template's newline after it."""
+        end-of-turn token inclusive (the first special token after the content), not the
+        template's newline after it."""
         if self.tok.chat_template is None:
             raise TokenizeError("the tokenizer has no chat template for `messages` data; use "
                                 "a tokenizer with one (--tokenizer) or prompt/completion data")
-        ids = self._render(messages)
+        self._refuse_special_text(messages)
+        ids = self._ids(self._text(messages))
         trained = [False] * len(ids)
         for i, m in enumerate(messages):
             if m["role"] != "assistant":
                 continue
-            start = self._prefix_length(messages[:i], ids, add_generation_prompt=True)
-            end = self._prefix_length(messages[:i + 1], ids)
-            span = ids[start:end]
-            ends = [k for k, t in enumerate(span) if t == self.eos] or \
-                [k for k, t in enumerate(span) if t in self.special][-1:]
-            if ends:
-                end = start + ends[0] + 1
-            trained[start:end] = [True] * (end - start)
+            placeholder = [*messages[:i], {"role": "assistant", "content": _CONTENT}]
+            before, found, _ = self._text(placeholder).partition(_CONTENT)
+            if not found:
+                raise TokenizeError("the chat template does not render an assistant turn's "
+                                    "content, so its tokens cannot be found")
+            start = self._prefix_length(before, ids)
+            end = self._prefix_length(self._text(messages[:i + 1]), ids)
+            turn_end = next((k for k in range(start, end) if ids[k] in self.special), end - 1)
+            trained[start:turn_end + 1] = [True] * (turn_end + 1 - start)
         return ids, trained
 
-    def _prefix_length(self, messages: Sequence[dict], ids: list[int], **kwargs) -> int:
-        prefix = self._render(messages, **kwargs) if messages else []
+    def _refuse_special_text(self, messages: Sequence[dict]) -> None:
+        for i, m in enumerate(messages):
+            typed = [t for t in self.special.values() if t in m["content"]]
+            if typed:
+                raise TokenizeError(
+                    f"messages[{i}] holds the text of the special token {typed[0]!r}: the chat "
+                    "template's tokens mark the turns, and this text would be read as that token "
+                    "(ending or opening a turn inside the content); remove it from the content")
+
+    def _prefix_length(self, rendered: str, ids: list[int]) -> int:
+        prefix = self._ids(rendered)
         if ids[:len(prefix)] != prefix:
             raise TokenizeError("the chat template does not render a conversation's first turns "
                                 "as a prefix of the whole conversation, so its assistant tokens "

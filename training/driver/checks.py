@@ -1,21 +1,34 @@
 """The driver's checks before Ray starts: model reachable, tokenizer for text, sequence length
-within the model's positions, a batch plan that fits --memory-budget-gib, and a resume on the
-same data. Each failure is an InputError naming the flag, before any cluster time is spent."""
+within the model's positions, a batch plan that fits --memory-budget-gib, a resume on the same
+data, and a run that is finished already. Each failure is an InputError naming the flag, before
+any cluster time is spent."""
 
 from __future__ import annotations
 
-import sys
+import dataclasses
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from training.config import RANDOM_DATA, ConfigError, TrainConfig
 from training.data import DataError
 from training.data.prepare import tokenizer_name
-from training.data.tokenize import BYTES, encoder
+from training.data.tokenize import BYTES, Encoder, encoder
 from training.model.loading import ModelError
 
 if TYPE_CHECKING:
+    from training.run.handoff import RunSummary
     from training.storage import Storage
+
+
+def absolute_paths(cfg: TrainConfig) -> TrainConfig:
+    """--model and --tokenizer that name local directories, made absolute once here: the workers
+    (another working directory) and the export read them as the driver does."""
+    fixed = {name: os.path.abspath(value) for name in ("model", "tokenizer")
+             if (value := getattr(cfg, name)) and os.path.isdir(value)
+             and not os.path.isabs(value)}
+    return dataclasses.replace(cfg, **fixed)
 
 
 def check_model_and_data(cfg: TrainConfig) -> int | None:
@@ -26,14 +39,7 @@ def check_model_and_data(cfg: TrainConfig) -> int | None:
 
     vocab = None
     if cfg.data not in RANDOM_DATA:
-        if not _data_exists(cfg.data):
-            raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
-                            f"{RANDOM_DATA})")
-        tok_name = tokenizer_name(cfg)
-        if is_builtin(tok_name) and tok_name != BYTES:
-            raise ModelError(f"--data text needs a tokenizer: pass --tokenizer (a Hugging Face id "
-                             f"or directory) with the built-in shape {cfg.model!r}")
-        tok_vocab = _tokenizer_vocab(tok_name)  # loads it: a bad --tokenizer fails here
+        tok_vocab = check_data_and_tokenizer(cfg).vocab_size()
         vocab = tok_vocab if is_builtin(cfg.model) else None
     config = model_config(cfg.model, vocab)
     limit = max_positions(config)
@@ -42,6 +48,26 @@ def check_model_and_data(cfg: TrainConfig) -> int | None:
                            f"(max_position_embeddings); use --seq-len {limit} or less"])
     check_memory_budget(cfg, config)
     return vocab
+
+
+def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
+    """--data exists and has a tokenizer: --tokenizer (a built-in shape has none of its own),
+    loaded here, so a bad one fails now."""
+    from training.model.model import is_builtin
+
+    if not _data_exists(cfg.data):
+        raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
+                        f"{RANDOM_DATA})")
+    tok_name = tokenizer_name(cfg)
+    if is_builtin(tok_name) and tok_name != BYTES:
+        raise ModelError(f"--data {cfg.data!r} needs a tokenizer with the built-in shape "
+                         f"{cfg.model!r}: pass --tokenizer {BYTES} (UTF-8 bytes, built in) "
+                         "or a Hugging Face tokenizer id or directory")
+    try:
+        return encoder(tok_name)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"--tokenizer {tok_name!r}: cannot load it "
+                         f"({str(e).splitlines()[0]})") from None
 
 
 def check_memory_budget(cfg: TrainConfig, config) -> None:
@@ -70,27 +96,41 @@ def _data_exists(uri: str) -> bool:
     return "://" in uri or Path(uri).exists()
 
 
-def _tokenizer_vocab(name: str) -> int:
-    try:
-        return encoder(name).vocab_size()
-    except (OSError, ValueError) as e:
-        raise ModelError(f"--tokenizer {name!r}: cannot load it ({str(e).splitlines()[0]})") from None
+@dataclass(frozen=True)
+class Resume:
+    """The checkpoint a run resumes from, and how its saved settings continue."""
+    checkpoint: str
+    step: int
+    notes: list[str]
 
 
-def check_resume(cfg: TrainConfig, storage: Storage, data_id: str) -> None:
-    """Before Ray starts: refuse to resume a run on other data, and say now how its saved
+def check_resume(cfg: TrainConfig, storage: Storage, data_id: str) -> Resume | None:
+    """Before Ray starts: refuse to resume a run on other data, and say how its saved
     learning-rate schedule will continue."""
     from training.run.checkpoint import STATE_FILE, CheckpointError, RunState, latest
     from training.run.loop import start_state
 
     ckpt = latest(storage.filesystem, storage.run_dir(cfg.name), None)
     if ckpt is None:
-        return
+        return None
     with storage.filesystem.open_input_stream(f"{ckpt.path}/{STATE_FILE}") as f:
         text = f.read().decode()
+    where = storage.display(ckpt.path)
     try:
-        notes = start_state(cfg, RunState.from_json(text, storage.display(ckpt.path)), data_id)[2]
+        state, _, notes = start_state(cfg, RunState.from_json(text, where), data_id)
     except CheckpointError as e:
         raise DataError(str(e)) from None
-    for note in notes:
-        print(f"WARNING: {note}", file=sys.stderr)
+    return Resume(where, state.step, notes)
+
+
+def finished(cfg: TrainConfig, storage: Storage) -> RunSummary | None:
+    """The summary of a run that already trained its --steps and did not stop early (a rerun
+    leaves its results alone), else None."""
+    from training.run.handoff import SUMMARY_FILE, RunSummary
+    from training.run.run_files import RunFiles
+
+    text = RunFiles(storage.filesystem, storage.run_dir(cfg.name)).read_bytes(SUMMARY_FILE)
+    summary = RunSummary.from_json(text.decode()) if text else None
+    if summary is None or summary.stopped or (summary.steps or 0) < cfg.steps:
+        return None
+    return summary

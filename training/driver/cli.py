@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Callable
 
 # Only what parsing needs at import time: `python -m training --help` answers without torch,
 # transformers or Ray (10-28 s of imports); each step of `run` imports its own layer.
-from training.config import LOCAL_DEFAULTS, RUN_STARTED_ENV, ConfigError, TrainConfig
+from training.config import (LOCAL_DEFAULTS, RANDOM_DATA, RUN_STARTED_ENV, ConfigError,
+                             TrainConfig, exclusive)
 from training.data.synthetic import SHIPPED
 from training.data.tokenize import BYTES
 from training.driver import quiet
@@ -27,6 +28,7 @@ from training.errors import InputError
 from training.flags import add_config_flags
 
 if TYPE_CHECKING:
+    from training.data.prepare import PreparedData
     from training.run.handoff import RunSummary, WorkerInputs
     from training.storage import Storage
 
@@ -52,24 +54,40 @@ def build_parser() -> argparse.ArgumentParser:
                     "(the defaults of a laptop run; other flags still apply)")
     ap.add_argument("--demo", action="store_true", help="--local, trained on the shipped sample "
                     "text with the built-in byte tokenizer, logged and plotted every step")
+    ap.add_argument("--preview", type=int, metavar="N", help="print the first N training rows "
+                    "of --data as JSON lines {\"text\": the rendered row, \"trained\": [each "
+                    "span the loss trains on]} and exit, before any storage or Ray")
     add_config_flags(ap)
     return ap
 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:
+    return parse_args(argv)[0]
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, int | None]:
+    """The validated settings, and --preview's row count (None: train)."""
     args = vars(build_parser().parse_args(argv))
-    local, demo = args.pop("local"), args.pop("demo")
+    local, demo, preview = args.pop("local"), args.pop("demo"), args.pop("preview")
     given = {k: v for k, v in args.items() if v is not None}
     if "mlflow_tracking_uri" not in given and os.environ.get(MLFLOW_ENV):
         given["mlflow_tracking_uri"] = os.environ[MLFLOW_ENV]
     base = {**LOCAL_DEFAULTS, **DEMO_DEFAULTS} if demo else dict(LOCAL_DEFAULTS) if local else {}
-    return TrainConfig(**{**base, **given}).validated()
+    cfg = TrainConfig(**{**base, **given})
+    if preview is not None and (preview < 1 or cfg.data in RANDOM_DATA):
+        raise ConfigError([f"--preview needs a count of at least 1 and --data files (got "
+                           f"--preview {preview}, --data {cfg.data})"])
+    if problems := cfg.problems() + exclusive(given):
+        raise ConfigError(problems)
+    return cfg, preview
 
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_local_logs()
     try:
-        cfg = parse(argv)
+        cfg, preview = parse_args(argv)
+        if preview is not None:
+            return show_preview(cfg, preview)
         summary = run(cfg)
     except InputError as e:  # every bad input: settings, data, model, storage
         print(f"error: {e}", file=sys.stderr)
@@ -81,25 +99,40 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def show_preview(cfg: TrainConfig, count: int) -> int:
+    """--preview: the rows as JSON lines on stdout; nothing else runs."""
+    import json
+
+    from training.data.preview import preview
+    from training.driver import checks
+
+    cfg = checks.absolute_paths(cfg)
+    for row in preview(cfg, checks.check_data_and_tokenizer(cfg), count):
+        print(json.dumps(row, ensure_ascii=False), flush=True)
+    return 0
+
+
 def run(cfg: TrainConfig) -> RunSummary:
     import dataclasses
 
-    from training.data.prepare import DataPlan, describe
     from training.driver import checks, ray_setup
     from training.head import cold_start
-    from training.model.model import model_config
     from training.run.handoff import WorkerInputs
-    from training.storage import check_writable, resolve
 
     job_started = time.time()
-    vocab = checks.check_model_and_data(cfg)
-    storage = resolve(cfg.storage_path)
-    check_writable(storage)
-    plan = DataPlan.for_run(cfg, storage)
-    checks.check_resume(cfg, storage, plan.fingerprint if plan else cfg.data)
-    # Tokenized here, before Ray starts: a bad row or token id costs no cluster time.
-    data = plan.build(model_config(cfg.model, vocab).vocab_size) if plan else None
-    print(data.summary if data else describe(cfg, None, None), flush=True)
+    cfg, vocab, storage, data = _prepare(cfg)
+    resume = checks.check_resume(cfg, storage, data.fingerprint if data else cfg.data)
+    if (done := checks.finished(cfg, storage)) is not None:
+        print(f"run {cfg.name!r} finished at step {done.steps} of {cfg.steps} already "
+              f"({storage.display(storage.run_dir(cfg.name))}): nothing to train, its results "
+              "are left as they are; raise --steps to continue it, or give a new --name",
+              flush=True)
+        return _summary(None, storage, cfg, data.data_format if data else cfg.data)
+    if resume:
+        print(f"resuming run {cfg.name!r} from {resume.checkpoint} (step {resume.step})",
+              flush=True)
+        for note in resume.notes:
+            print(f"WARNING: {note}", file=sys.stderr)
     import ray
 
     started_here = not ray.is_initialized()
@@ -115,7 +148,8 @@ def run(cfg: TrainConfig) -> RunSummary:
         run_started = _run_started_at(job_started)
         # From the run's start (node boot and image pull included) until every worker is there.
         inputs = WorkerInputs(cfg, vocab, data, run_started_at=run_started,
-                              waited_for_workers_s=time.time() - run_started)
+                              waited_for_workers_s=time.time() - run_started,
+                              resumed_from_step=resume.step if resume else None)
         result = _fit(inputs, storage, use_gpu)
     finally:
         if started_here:
@@ -126,6 +160,30 @@ def run(cfg: TrainConfig) -> RunSummary:
     if summary.stopped:
         raise JobError(summary.stopped)
     return summary
+
+
+def _prepare(cfg: TrainConfig) -> tuple[TrainConfig, int | None, Storage, PreparedData | None]:
+    """Before Ray starts: the checks, the storage, and the data tokenized (a bad row or token id
+    costs no cluster time) with the steps it implies (--epochs). Returns the settings the run
+    goes on with (paths made absolute, steps derived), the vocabulary a built-in shape takes
+    from the tokenizer, the storage and the prepared data (None: random tokens)."""
+    import dataclasses
+
+    from training.data.prepare import DataPlan, describe
+    from training.driver import checks
+    from training.model.model import model_config
+    from training.storage import check_writable, resolve
+
+    cfg = checks.absolute_paths(cfg)
+    vocab = checks.check_model_and_data(cfg)
+    storage = resolve(cfg.storage_path)
+    check_writable(storage)
+    plan = DataPlan.for_run(cfg, storage)
+    data = plan.build(model_config(cfg.model, vocab).vocab_size) if plan else None
+    if data is not None:
+        cfg = dataclasses.replace(cfg, steps=data.steps)
+    print(data.summary if data else describe(cfg, None, None), flush=True)
+    return cfg, vocab, storage, data
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dict],
@@ -202,7 +260,8 @@ def _root_cause(e: BaseException) -> str:
 
 def _summary(result, storage: Storage, cfg: TrainConfig, data_format: str) -> RunSummary:
     """The summary rank 0 wrote to the run directory (Ray's Result keeps only checkpointed
-    reports), with the data format and the newest complete checkpoint and its size."""
+    reports; None: no run now), with the data format and the newest complete checkpoint and its
+    size."""
     import dataclasses
 
     from training.run.checkpoint import latest
@@ -211,7 +270,7 @@ def _summary(result, storage: Storage, cfg: TrainConfig, data_format: str) -> Ru
 
     run_dir = storage.run_dir(cfg.name)
     text = RunFiles(storage.filesystem, run_dir).read_bytes(SUMMARY_FILE).decode()
-    ckpt = latest(storage.filesystem, run_dir, result.checkpoint)
+    ckpt = latest(storage.filesystem, run_dir, result.checkpoint if result else None)
     return dataclasses.replace(
         RunSummary.from_json(text) if text else RunSummary(), data_format=data_format,
         checkpoint=storage.display(ckpt.path) if ckpt else None,

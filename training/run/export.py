@@ -4,10 +4,12 @@
 `AutoTokenizer.from_pretrained` need: safetensors weights in bf16 (`--export-dtype fp32` keeps the
 master weights' precision) with the tied LM head stored once (the key `save_pretrained` leaves
 out for tied weights), `config.json` (its `dtype` the exported one, `use_cache` back on for
-generation), `generation_config.json` and the tokenizer's files. The built-in `bytes` tokenizer is
-written as a byte-level `PreTrainedTokenizerFast` (`bytes_tokenizer`): ids 0-255 are the UTF-8
-bytes, 256 is `<|endoftext|>`, exactly as the job tokenized its text. A built-in shape trained
-without a tokenizer (random tokens) is exported without one.
+generation), `generation_config.json` (generation stops at the end of a chat turn and at the
+tokenizer's EOS) and the tokenizer's files. The built-in `bytes` tokenizer is written as a
+byte-level `PreTrainedTokenizerFast` (`bytes_tokenizer`): ids 0-255 are the UTF-8 bytes, 256 is
+`<|endoftext|>`, exactly as the job tokenized its text, with a chat template that renders the
+job's byte chat format. A built-in shape trained without a tokenizer (random tokens) is exported
+without one.
 
 The directory is replaced as a whole and `COMPLETE` is written last (training/run/run_files.py
 `publish`), as checkpoints are: a directory without it is torn or being replaced.
@@ -22,7 +24,8 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from training.config import TrainConfig
-from training.data.tokenize import BYTES, hf_tokenizer
+from training.data.tokenize import (BYTES, BYTES_CHAT_TEMPLATE, BYTES_EOS_TEXT, encoder,
+                                    hf_tokenizer)
 from training.step.engine import Engine
 from training.model.loading import local_dir
 from training.model.model import is_builtin, tied_aliases
@@ -30,12 +33,13 @@ from training.run.run_files import RunFiles
 
 EXPORT_DIR, MARKER = "hf_model", "COMPLETE"
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-EOS = "<|endoftext|>"
+EOS = BYTES_EOS_TEXT
 
 
 def bytes_tokenizer():
     """The built-in `bytes` tokenizer as a Hugging Face fast tokenizer: a byte-level BPE without
-    merges, so every UTF-8 byte is one token whose id is the byte's value, and EOS is 256."""
+    merges, so every UTF-8 byte is one token whose id is the byte's value, and EOS is 256; its
+    chat template renders the job's byte chat format (tokenize.BYTES_CHAT_TEMPLATE)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -45,20 +49,27 @@ def bytes_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([EOS])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS,
+                                   chat_template=BYTES_CHAT_TEMPLATE)
+
+
+def _tokenizer_name(cfg: TrainConfig) -> str | None:
+    """The tokenizer the run trained with, or None (a built-in shape on random tokens)."""
+    return cfg.tokenizer or (None if is_builtin(cfg.model) else cfg.model)
 
 
 def tokenizer_for(cfg: TrainConfig):
-    """The tokenizer the run trained with, or None (a built-in shape on random tokens)."""
-    name = cfg.tokenizer or (None if is_builtin(cfg.model) else cfg.model)
+    name = _tokenizer_name(cfg)
     if name is None:
         return None
     return bytes_tokenizer() if name == BYTES else hf_tokenizer(name)
 
 
 def _generation_config(cfg: TrainConfig, config, tokenizer):
-    """The source model's generation config when it has one, else one from the model config;
-    end-of-text and padding from the tokenizer where the config names none."""
+    """The source model's generation config when it has one, else one from the model config.
+    Generation stops at the chat template's end of turn (`<|im_end|>` for Qwen2.5, also under
+    the base model's EOS `<|endoftext|>`: every trained turn ends there), the tokenizer's EOS
+    and whatever the source stopped at; padding is the tokenizer's, else the first of those."""
     from transformers import GenerationConfig
 
     gen = None
@@ -68,10 +79,16 @@ def _generation_config(cfg: TrainConfig, config, tokenizer):
         except OSError:  # the source has no generation_config.json
             pass
     gen = gen or GenerationConfig.from_model_config(config)
-    if tokenizer is not None and gen.eos_token_id is None:
-        gen.eos_token_id = tokenizer.eos_token_id
+    if tokenizer is not None:
+        source = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
+        ids = [encoder(_tokenizer_name(cfg)).end_of_turn(), tokenizer.eos_token_id, *source]
+        stop = list(dict.fromkeys(i for i in ids if i is not None))
+        gen.eos_token_id = stop[0] if len(stop) == 1 else stop or None
+        if gen.pad_token_id is None:
+            gen.pad_token_id = tokenizer.pad_token_id
     if gen.pad_token_id is None:
-        gen.pad_token_id = gen.eos_token_id
+        eos = gen.eos_token_id
+        gen.pad_token_id = eos[0] if isinstance(eos, list) else eos
     return gen
 
 

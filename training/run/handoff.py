@@ -23,6 +23,7 @@ class WorkerInputs:
     data: PreparedData | None  # None: random tokens
     run_started_at: float  # wall clock: the run's Ray cluster start (driver.cli._run_started_at)
     waited_for_workers_s: float  # from that start until every worker was there
+    resumed_from_step: int | None = None  # the checkpoint the driver announced resuming from
 
     def as_loop_config(self) -> dict:
         """Ray Train's `train_loop_config` is a dict (TorchTrainer's signature): one entry."""

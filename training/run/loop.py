@@ -43,8 +43,10 @@ def train_func(loop_config: dict) -> None:
     batch = engine.plan.batch  # --tokens-per-step: the planner chose it to fit memory
     saved = checkpoint.resume(engine)
     state, schedule, notes = start_state(cfg, saved, data.fingerprint if data else cfg.data)
-    for note in notes if rank == 0 else ():
-        print(f"WARNING: {note}", flush=True)
+    if rank == 0 and saved and saved.step != inputs.resumed_from_step:  # the driver said the rest
+        print(f"resumed from {checkpoint.dir_name(saved.step)} after a failure", flush=True)
+        for note in notes:
+            print(f"WARNING: {note}", flush=True)
     if rank == 0 and engine.load:
         print(f"load: {engine.load['load_s']:.1f} s, peak host RSS per rank (GiB) "
               f"{engine.load['load_host_rss_gib']}", flush=True)
@@ -87,8 +89,8 @@ def start_state(cfg: TrainConfig, saved: checkpoint.RunState | None,
     if saved.data != data_id:
         raise checkpoint.CheckpointError(
             f"run {cfg.name!r} was trained on other data ({saved.data}, this run: {data_id}): "
-            "its data position does not apply; use the same --data, --tokenizer and --seq-len, "
-            "or a new --name")
+            "its data position does not apply; use the same --data, --tokenizer, --seq-len and "
+            "--seed, or a new --name")
     schedule, notes = resume_schedule(saved.schedule, peak=cfg.lr, warmup=cfg.warmup_steps,
                                       total=cfg.steps, at_step=saved.step)
     return dataclasses.replace(saved, schedule=schedule.to_dict()), schedule, notes
@@ -112,6 +114,6 @@ def _batches(cfg: TrainConfig, batch: BatchPlan, rank: int, world: int, vocab: i
         return lambda step, _seen, micro: random_batch(
             seed=cfg.seed, rank=rank, step=step, micro=micro, batch=size,
             seq_len=cfg.seq_len, vocab=vocab, repeat=cfg.data == "repeat")
-    samples = Samples(RunFiles.from_context().fs, data.directory)
+    samples = Samples(RunFiles.from_context().fs, data.directory, seed=cfg.seed)
     return lambda _step, seen, micro: samples.batch(seen, rank=rank, world=world, micro=micro,
                                                    batch=size)

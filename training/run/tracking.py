@@ -16,6 +16,7 @@ environment sets them), and `finish` waits at most FINISH_TIMEOUT_S for the thre
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from training.config import TrainConfig
 from training.run.run_files import RunFiles
 
 RUN_FILE = "mlflow.json"
@@ -52,10 +54,14 @@ class Tracker:
 
 
 def start(uri: str | None, files: RunFiles | None, run_name: str, params: dict) -> Tracker:
-    """The tracker of rank 0 (`files` given) when a tracking URI is set; a no-op otherwise."""
+    """The tracker of rank 0 (`files` given) when a tracking URI is set; a no-op otherwise. The
+    test hooks (TrainConfig's hidden fields: --fault-at-step, --nan-at-step, ...) are no
+    settings of a run and are not tracked."""
     if not uri or files is None:
         return Tracker()
-    return MlflowTracker(uri, files, run_name, params)
+    hooks = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("hidden")}
+    tracked = {k: v for k, v in params.items() if k not in hooks}
+    return MlflowTracker(uri, files, run_name, tracked)
 
 
 class MlflowTracker(Tracker):

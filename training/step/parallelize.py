@@ -66,6 +66,22 @@ def reduce_in(model: nn.Module, dtype: str) -> None:
                 group._reduce_dtype = wanted
 
 
+def reduce_in_after_lazy_init(model: nn.Module, dtype: str) -> None:
+    """`reduce_in` at the root's first forward, right after FSDP2's lazy init there.
+
+    Not at build time: lazy init refuses meta parameters (`FSDPParamGroup.lazy_init` ->
+    `_validate_no_meta_params`), and a pretrained --model is still on the meta device until
+    `loading.load_sharded` fills it after sharding. FSDP2 registers the root's pre-forward hook
+    with `prepend=True` (torch/distributed/fsdp/_fully_shard/_fsdp_state.py, `FSDPState.init`,
+    read in torch 2.13; `bench/device-run.sh pretrained` runs it on the GPU machine's 2.11), so
+    a hook registered after it runs after the lazy init, once."""
+    def once(module: nn.Module, _args) -> None:
+        handle.remove()
+        reduce_in(module, dtype)
+
+    handle = model.register_forward_pre_hook(once)
+
+
 def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_forward: bool,
                 activation_checkpointing: bool, compile_layers: bool = False,
                 mesh: DeviceMesh | None = None, reduce_dtype: str = "fp32",
@@ -99,8 +115,7 @@ def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
     if policy is not None and accum_dtype not in (None, reduce_dtype):
-        model._get_fsdp_state()._lazy_init()  # what the root's first forward does, now
-        reduce_in(model, reduce_dtype)
+        reduce_in_after_lazy_init(model, reduce_dtype)
     if prefetch_layers:
         set_prefetch(list(layers), prefetch_layers)
     return model

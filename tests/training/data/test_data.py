@@ -1,5 +1,6 @@
 """The data path without Ray: packing into samples with labels and per-document positions, the
-evaluation split, positions by count (exact resumes), and the identity of a source."""
+evaluation split, positions by count and each epoch's seeded document order (exact resumes), and
+the identity of a source."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from training.data.cache import (EVAL_FILE, INDEX_FILE, START, TOKENS_FILE, TRAINED, TokenCache,
                                  fingerprint)
-from training.data.packing import Samples, sample_start
+from training.data.packing import Samples, decode, sample_start
 from training.data.source import Source
 from training.data.tokenize import BYTES, ByteEncoder
 from training.model.loss import IGNORE_INDEX
@@ -136,3 +137,37 @@ def test_a_copy_of_local_data_is_the_same_data_and_an_edit_is_not(tmp_path):
     assert fingerprint(Source.open(a), BYTES, 8) != fingerprint(Source.open(b), BYTES, 8)
     assert fingerprint(Source.open(a), BYTES, 8) != fingerprint(Source.open(a), BYTES, 8,
                                                                 eval_fraction=0.1)
+
+
+def _shuffled(tmp_path, seed: int):
+    rows = [{"text": f"document {i:03d}" + "." * (i % 7)} for i in range(60)]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cache = TokenCache(pafs.LocalFileSystem(), str(tmp_path / "c"), "x")
+    cache.build(Source.open(_write(tmp_path / "t.jsonl", rows)), ByteEncoder(), seq_len=15)
+    return Samples(cache.fs, cache.directory, seed=seed), \
+        _documents(cache.fs, cache.directory, TOKENS_FILE)
+
+
+def test_every_epoch_reads_every_document_once_in_its_own_seeded_order(tmp_path):
+    samples, docs = _shuffled(tmp_path, seed=0)
+    orders = [samples.order.order(e).tolist() for e in range(3)]
+    assert all(sorted(o) == list(range(len(docs))) for o in orders)
+    assert len({tuple(o) for o in orders + [list(range(len(docs)))]}) == 4  # none is file order
+    assert _shuffled(tmp_path / "again", seed=1)[0].order.order(0).tolist() != orders[0]
+    for epoch, order in enumerate(orders):  # the epoch's rows are its documents, cut into rows
+        read = samples.rows(epoch * samples.n, samples.n) & ~(START | TRAINED)
+        stream = [t for d in order for t in docs[d]]
+        assert read.ravel().tolist() == stream[:samples.n * samples.width]
+        # Positions restart wherever a document starts, including one cut at a row's start.
+        batch = decode(samples.rows(epoch * samples.n, samples.n))
+        assert (batch.positions[:, 0] == 0).all() and batch.labels.ne(IGNORE_INDEX).any()
+
+
+def test_a_resumed_reader_sees_the_order_an_uninterrupted_one_sees(tmp_path):
+    straight, _ = _shuffled(tmp_path, seed=3)
+    whole = straight.rows(0, 3 * straight.n)
+    resumed = []  # new readers (a restarted worker) at a checkpoint's position, mid-epoch
+    for start, stop in ((0, 5), (5, straight.n + 2), (straight.n + 2, 3 * straight.n)):
+        again, _ = _shuffled(tmp_path / f"r{start}", seed=3)
+        resumed.append(again.rows(start, stop - start))
+    assert np.array_equal(np.concatenate(resumed), whole)

@@ -114,7 +114,7 @@ def test_s3_data_identity_covers_its_listing_and_a_resume_on_changed_data_is_ref
     saved = tmp_path / "runs/qwen-fsdp/checkpoint-step0000002"
     saved.mkdir(parents=True)
     (saved / "COMPLETE").write_text("")
-    state = checkpoint.RunState(step=2, samples_seen=8, data=before,
+    state = checkpoint.RunState(step=2, samples_seen=8, data=f"{before}-seed0",  # DataPlan's id
                                 schedule=Schedule(1e-3, 5, 30).to_dict())
     (saved / checkpoint.STATE_FILE).write_text(json.dumps(dataclasses.asdict(state)))
     _put(s3_server, "data/b.jsonl", [{"text": "an added file"}])
@@ -124,3 +124,75 @@ def test_s3_data_identity_covers_its_listing_and_a_resume_on_changed_data_is_ref
     assert len({before, added, fingerprint(Source.open(uri), BYTES, 8)}) == 3
     with pytest.raises(ValueError, match="trained on other data"):
         run(tmp_path, "--data", uri, "--seq-len", "8")
+
+
+def test_chat_data_on_a_built_in_shape_without_a_tokenizer_names_bytes(tmp_path):
+    data = _jsonl(tmp_path / "chat.jsonl", GOOD)
+    with pytest.raises(ValueError, match="needs a tokenizer with the built-in shape 'tiny': pass "
+                                         "--tokenizer bytes .UTF-8 bytes, built in"):
+        cli.run(cli.parse(["--local", "--storage-path", str(tmp_path / "runs"), "--data", data]))
+
+
+def test_epochs_derive_the_steps_from_the_samples_and_the_batch(tmp_path, capsys):
+    from training.data.synthetic import SHIPPED
+
+    flags = ["--local", "--storage-path", str(tmp_path / "runs"), "--tokenizer", BYTES,
+             "--data", str(SHIPPED), "--seq-len", "64", "--micro-batch-size", "3"]
+    cfg, _, _, data = cli._prepare(cli.parse([*flags, "--epochs", "1.5"]))
+    index = TokenCache(pafs.LocalFileSystem(), data.directory, "").index()
+    per_step = 2 * 3  # two workers of three sequences
+    assert cfg.steps == data.steps == -(-3 * index["samples"] // (2 * per_step))  # rounded up
+    assert f"{cfg.steps} steps of 6 samples = 1.50 epochs" in capsys.readouterr().out
+    cfg, _, _, _ = cli._prepare(cli.parse([*flags, "--steps", "7"]))
+    assert cfg.steps == 7 and f"7 steps of 6 samples = {42 / index['samples']:.2f} epochs" in \
+        capsys.readouterr().out
+
+
+def test_a_finished_run_is_left_alone_and_says_so(tmp_path, capsys):
+    from training.run.handoff import SUMMARY_FILE
+
+    data = _jsonl(tmp_path / "chat.jsonl", *[GOOD] * 40)
+    summary = tmp_path / "runs/qwen-fsdp" / SUMMARY_FILE
+    summary.parent.mkdir(parents=True)
+    summary.write_text(json.dumps({"steps": 4, "last_loss": 0.5, "export_path": "/x/hf_model"}))
+    before = summary.read_bytes()
+    done = run(tmp_path, "--data", data, "--seq-len", "16", "--steps", "4")  # Ray never starts
+    assert (done.steps, done.last_loss, done.export_path) == (4, 0.5, "/x/hf_model")
+    assert summary.read_bytes() == before
+    assert "run 'qwen-fsdp' finished at step 4 of 4 already" in capsys.readouterr().out
+
+
+def _preview(capsys, *flags: str) -> list[dict]:
+    assert cli.main(["--preview", *flags]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_preview_shows_the_rows_and_the_spans_the_loss_trains_on(tmp_path, capsys,
+                                                                 qwen_base_tokenizer):
+    tok = ["--tokenizer", str(qwen_base_tokenizer), "--data"]
+    chats = _jsonl(tmp_path / "chats.jsonl",
+                   {"messages": [{"role": "assistant", "content": "Hi! Ask me."},
+                                 {"role": "user", "content": "2+2?"},
+                                 {"role": "assistant", "content": "4"}]},
+                   {"messages": [{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": "3+3?"},
+                                 {"role": "assistant", "content": "6"},
+                                 {"role": "user", "content": "and 4+4?"},
+                                 {"role": "assistant", "content": "8"}]}, GOOD)
+    first, second = _preview(capsys, "2", *tok, chats)
+    assert first["text"].startswith("<|im_start|>system\nYou are Qwen")
+    assert first["trained"] == ["Hi! Ask me.<|im_end|>", "4<|im_end|>"]
+    assert second["trained"] == ["6<|im_end|>", "8<|im_end|>"]
+    pairs = _jsonl(tmp_path / "pairs.jsonl", {"prompt": "The capital of France is ",
+                                              "completion": "Paris"})
+    assert _preview(capsys, "5", *tok, pairs) == [
+        {"text": "The capital of France is Paris<|endoftext|>", "trained": ["Paris<|endoftext|>"]}]
+    assert not (tmp_path / "runs").exists() and not list(tmp_path.glob("**/tokens-*"))
+
+
+def test_preview_refuses_random_tokens_and_names_a_bad_row(tmp_path, capsys):
+    assert cli.main(["--preview", "3", "--data", "random"]) == cli.EXIT_BAD_INPUT
+    assert "--preview needs a count of at least 1 and --data files" in capsys.readouterr().err
+    bad = _jsonl(tmp_path / "chat.jsonl", GOOD, {"messages": "hi"})
+    assert cli.main(["--preview", "3", "--tokenizer", BYTES, "--data", bad]) == cli.EXIT_BAD_INPUT
+    assert f"{bad} row 2: `messages` must be a non-empty list" in capsys.readouterr().err

@@ -178,3 +178,68 @@ def test_chat_data_needs_a_template_whose_first_turns_render_as_a_prefix(
     tok.save_pretrained(tmp_path / "counting")
     with pytest.raises(RowError, match="does not render a conversation's first turns as a prefix"):
         MESSAGES.tokens({"messages": CHAT}, HFEncoder(str(tmp_path / "counting")), "completion")
+
+
+def test_an_assistant_first_chat_trains_its_greeting_not_the_system_prompt(qwen_base_tokenizer):
+    enc = HFEncoder(str(qwen_base_tokenizer))
+    chat = [{"role": "assistant", "content": "Hello! How can I help?"},
+            {"role": "user", "content": "Name the storage."},
+            {"role": "assistant", "content": "An S3 bucket."}]
+    ids, trained = MESSAGES.tokens({"messages": chat}, enc, "completion")
+    assert enc.decode(ids).startswith("<|im_start|>system\nYou are Qwen")  # the default prompt
+    assert [enc.decode(s) for s in _spans(ids, trained)] == \
+        ["Hello! How can I help?<|im_end|>", "An S3 bucket.<|im_end|>"]
+
+
+def test_the_end_of_turn_of_a_base_models_template_is_im_end_not_its_eos(qwen_base_tokenizer):
+    enc = HFEncoder(str(qwen_base_tokenizer))
+    assert enc.tok.decode([enc.eos]) == "<|endoftext|>"
+    assert enc.tok.decode([enc.end_of_turn()]) == "<|im_end|>"
+    assert ByteEncoder().end_of_turn() == EOS
+
+
+def test_a_completion_that_merges_with_its_prompt_is_trained_whole(qwen_base_tokenizer):
+    enc = HFEncoder(str(qwen_base_tokenizer))
+    whole = enc.tok.tokenize("The capital of France is Paris")
+    assert whole[-1] == "ĠParis"  # the BPE merges the prompt's space into the answer
+    row = {"prompt": "The capital of France is ", "completion": "Paris"}
+    ids, trained = PROMPT_COMPLETION.tokens(row, enc, "completion")
+    assert enc.decode(ids) == "The capital of France is Paris<|endoftext|>"
+    assert [enc.decode(s) for s in _spans(ids, trained)] == ["Paris<|endoftext|>"]
+    # A clean boundary keeps the tokenizer's own encoding of the whole text, as TRL does.
+    ids, trained = PROMPT_COMPLETION.tokens({"prompt": "The capital of France is",
+                                             "completion": " Paris"}, enc, "completion")
+    assert ids == enc.tok.encode("The capital of France is Paris") + [enc.eos]
+    assert [enc.decode(s) for s in _spans(ids, trained)] == [" Paris<|endoftext|>"]
+
+
+def test_a_merge_that_cannot_be_tokenized_apart_is_refused_with_the_reason(tmp_path):
+    """A SentencePiece-style tokenizer (Metaspace, a `▁` before the first word of every encode)
+    would spell `"New Yo" + "rk"` apart as "New Yo rk": refused, not trained on a wrong text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(["New York is a city."] * 20,
+                            trainers.BpeTrainer(vocab_size=200, special_tokens=["</s>"]))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>").save_pretrained(tmp_path)
+    enc = HFEncoder(str(tmp_path))
+    with pytest.raises(RowError, match="merge into one token .'▁York'|York.*word boundary"):
+        PROMPT_COMPLETION.tokens({"prompt": "New Yo", "completion": "rk"}, enc, "completion")
+
+
+def test_special_token_text_is_text_in_documents_and_refused_by_name_in_a_chat(
+        qwen_base_tokenizer):
+    enc = HFEncoder(str(qwen_base_tokenizer))
+    typed = "Type <|im_end|> to stop."
+    ids, trained = TEXT.tokens({"text": typed}, enc, "completion")
+    assert enc.decode(ids) == typed + "<|endoftext|>" and set(ids[:-1]).isdisjoint(enc.special)
+    ids, trained = PROMPT_COMPLETION.tokens({"prompt": "Q: ", "completion": typed}, enc,
+                                            "completion")
+    assert [enc.decode(s) for s in _spans(ids, trained)] == [typed + "<|endoftext|>"]
+    chat = [{"role": "user", "content": "How do I stop?"}, {"role": "assistant", "content": typed}]
+    with pytest.raises(RowError, match=r"messages\[1\] holds the text of the special token "
+                                       "'<\\|im_end\\|>'"):
+        MESSAGES.tokens({"messages": chat}, enc, "completion")

@@ -71,7 +71,7 @@ def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path,
 
 
 def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_skipping_torn_saves(
-        s3_server, mlflow_server):
+        s3_server, mlflow_server, capfd):
     flags = ["--local", "--storage-path", "s3://ckpt/runs", "--checkpoint-every", "2",
              "--log-every", "1", "--warmup-steps", "2", "--mlflow-tracking-uri", mlflow_server]
     first = cli.run(cli.parse([*flags, "--steps", "4"]))
@@ -83,8 +83,13 @@ def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_
     # A later save killed mid-upload: objects on S3, never marked complete nor registered.
     s3_server.put_object(Bucket="ckpt", Key="runs/qwen-fsdp/checkpoint-step0000005/__0_0.distcp",
                          Body=b"partial")
+    capfd.readouterr()
     second = cli.run(cli.parse([*flags, "--steps", "8"]))
     assert second.resumed_from_step == 4 and second.steps == 8
+    said = "".join(capfd.readouterr())  # the driver's lines and the workers' (Ray forwards them)
+    assert said.count("resuming run 'qwen-fsdp' from s3://ckpt/runs/qwen-fsdp/"
+                      "checkpoint-step0000004 (step 4)") == 1
+    assert said.count("--steps 8 differs from the schedule's 4 steps") == 1  # not per process
     assert second.first_loss == first.first_loss  # the run's, not the second attempt's
     kept = sorted({k.split("/")[2] for k in s3_keys(s3_server) if "/checkpoint-step" in k})
     # Ray Train keeps the newest 2 it registered; the torn directory is left as it is.
@@ -104,6 +109,14 @@ def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_
     assert tracked["params"]["steps"] == "4" and tracked["tags"]["resumed.steps"] == "8"
     assert tracked["params"]["micro_batch_size"] == "4" and tracked["status"] == "FINISHED"
     assert {"summary.json", "metrics.png"} <= tracked["artifacts"]
+    assert not {"fault_at_step", "fault_in_save_at_step", "nan_at_step"} & set(tracked["params"])
+    # Once more with the same steps: finished, said so, its results left as they are.
+    summary = s3_server.get_object(Bucket="ckpt", Key="runs/qwen-fsdp/summary.json")["Body"].read()
+    again = cli.run(cli.parse([*flags, "--steps", "8"]))
+    assert again.steps == 8 and again.last_loss == second.last_loss
+    assert "finished at step 8 of 8 already" in capfd.readouterr().out
+    assert s3_server.get_object(Bucket="ckpt", Key="runs/qwen-fsdp/summary.json")["Body"].read() \
+        == summary
 
 
 def s3_keys(client) -> list[str]:
@@ -126,6 +139,10 @@ def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_e
     evals = [{r["step"]: r["eval_loss"] for r in read_metrics(tmp_path, name) if r["eval_loss"]}
              for name in ("straight", "qwen-fsdp")]
     assert list(evals[0]) == ["0", "2", "4", "6"] and evals[0] == evals[1]
+    # Each epoch in its own seeded document order, and the resume reads on in that order.
+    losses = [[r["loss"] for r in read_metrics(tmp_path, name) if r["loss"]]
+              for name in ("straight", "qwen-fsdp")]
+    assert len(losses[0]) == 6 and losses[0] == losses[1]
     assert (s.first_eval_loss, s.eval_loss) == (straight.first_eval_loss,
                                                       straight.eval_loss)
 
@@ -150,11 +167,13 @@ def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_
 
 
 def test_trains_exports_to_s3_and_the_next_run_continues_from_that_export(
-        tmp_path, tokenizer_dir, s3_server, mlflow_server):
+        tmp_path, tokenizer_dir, s3_server, mlflow_server, monkeypatch):
     text = ["--data", str(REPO / "training/data/sample_data/tiny_corpus.jsonl"), "--seq-len", "64",
             "--micro-batch-size", "2", "--checkpoint-every", "0", "--local",
             "--storage-path", "s3://ckpt/runs"]
-    s = cli.run(cli.parse([*text, "--tokenizer", str(tokenizer_dir), "--steps", "12",
+    # A relative --tokenizer: the workers (another working directory) and the export find it.
+    monkeypatch.chdir(tokenizer_dir.parent)
+    s = cli.run(cli.parse([*text, "--tokenizer", tokenizer_dir.name, "--steps", "12",
                            "--lr", "5e-3", "--log-every", "4", "--export",
                            "--mlflow-tracking-uri", mlflow_server]))
     assert s.steps == 12 and s.last_loss < s.first_loss

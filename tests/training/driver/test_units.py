@@ -104,6 +104,9 @@ def test_cli_reports_every_bad_flag_at_once():
     (["--data", "d.jsonl", "--eval-fraction", "0.1", "--eval-data", "e.jsonl"],
      "--eval-fraction and --eval-data both set"),
     (["--data", "random", "--eval-fraction", "0.1"], "--eval-fraction/--eval-data need --data"),
+    (["--data", "d.jsonl", "--epochs", "2", "--steps", "3"], "--steps and --epochs both set"),
+    (["--data", "d.jsonl", "--epochs", "0"], "--epochs must be positive"),
+    (["--data", "repeat", "--epochs", "1"], "random tokens have no epochs: use --steps"),
 ])
 def test_evaluation_settings_are_validated_naming_the_flag(flags, message):
     with pytest.raises(ConfigError, match=message):
@@ -114,3 +117,19 @@ def test_local_flag_is_the_laptop_default_and_other_flags_still_apply():
     cfg = cli.parse(["--local", "--steps", "7"])
     assert (cfg.model, cfg.num_workers, cfg.use_gpu, cfg.address, cfg.steps) == (
         "tiny", 2, False, None, 7)
+
+
+def test_relative_model_and_tokenizer_directories_become_absolute_once(tmp_path, monkeypatch):
+    from training.driver.checks import absolute_paths
+
+    (tmp_path / "runs/exp/hf_model").mkdir(parents=True)
+    (tmp_path / "tok").mkdir()
+    monkeypatch.chdir(tmp_path)
+    cfg = absolute_paths(cli.parse(["--model", "runs/exp/hf_model", "--tokenizer", "tok"]))
+    assert (cfg.model, cfg.tokenizer) == (str(tmp_path / "runs/exp/hf_model"),
+                                          str(tmp_path / "tok"))
+    # Hub ids, S3 directories, built-in names and `bytes` are not local directories here.
+    for model, tokenizer in (("Qwen/Qwen2.5-1.5B", "bytes"), ("s3://b/m/", None), ("tiny", None)):
+        cfg = absolute_paths(cli.parse(["--model", model] + (["--tokenizer", tokenizer]
+                                                             if tokenizer else [])))
+        assert (cfg.model, cfg.tokenizer) == (model, tokenizer)

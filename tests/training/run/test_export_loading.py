@@ -1,6 +1,8 @@
 """What a run leaves behind and how the next one starts from it, on 2 in-process gloo ranks (no
-Ray): pretrained weights read by rank 0 only and sharded exactly, the exported Hugging Face
-directory reloaded by transformers, its COMPLETE marker, model directories checked up front."""
+Ray): pretrained weights read by rank 0 only and sharded exactly (also under fp32 accumulation
+with a bf16 reduce), the exported Hugging Face directory reloaded by transformers and, for a chat
+run, generating until the end of the turn; its COMPLETE marker, model directories checked up
+front."""
 
 from __future__ import annotations
 
@@ -62,15 +64,32 @@ def _load_on_rank(model_dir: str) -> dict:
             "inv_freq": lm.model.rotary_emb.inv_freq.clone()}
 
 
-def _on_rank(model_dir: str, export_root: str) -> dict:
-    """Both halves on one gloo group (one spawn costs more than either half)."""
-    return {"load": _load_on_rank(model_dir), "export": _train_and_export(export_root)}
+def _on_rank(model_dir: str, export_root: str, chat_model: str, tokenizer: str) -> dict:
+    """Every part on one gloo group (one spawn costs more than any part)."""
+    return {"load": _load_on_rank(model_dir), "export": _train_and_export(export_root),
+            "accum": _pretrained_fp32_accumulation(model_dir),
+            "chat": _chat_run_export(chat_model, tokenizer, export_root)}
 
 
 @pytest.fixture(scope="module")
-def ranks(pretrained_dir, tmp_path_factory):
+def chat_source(tmp_path_factory, qwen_base_tokenizer):
+    """A pretrained `tiny` for the Qwen-like base tokenizer, whose generation config stops at
+    the tokenizer's EOS only (`<|endoftext|>`), as Qwen/Qwen2.5-1.5B's does."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    tok = AutoTokenizer.from_pretrained(qwen_base_tokenizer)
+    torch.manual_seed(2)
+    out = tmp_path_factory.mktemp("chat-source")
+    AutoModelForCausalLM.from_config(model_config("tiny", len(tok))).save_pretrained(out)
+    GenerationConfig(eos_token_id=tok.eos_token_id, bos_token_id=None).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranks(pretrained_dir, tmp_path_factory, chat_source, qwen_base_tokenizer):
     root = tmp_path_factory.mktemp("exports")
-    return root, run_ranks(2, _on_rank, str(pretrained_dir), str(root))
+    return root, run_ranks(2, _on_rank, str(pretrained_dir), str(root), str(chat_source),
+                           str(qwen_base_tokenizer))
 
 
 def test_pretrained_weights_are_read_by_rank0_only_and_shard_to_exactly_from_pretrained(
@@ -189,3 +208,91 @@ def test_an_s3_model_directory_is_checked_and_its_small_files_read_with_the_run_
     local = loading.local_dir("s3://ckpt/models/tiny/")
     assert sorted(p.name for p in Path(local).iterdir()) == \
         ["config.json", "generation_config.json"]  # no weights: rank 0 alone downloads those
+
+
+def _pretrained_fp32_accumulation(model_dir: str) -> dict:
+    """--accum-dtype fp32 --reduce-dtype bf16 on a pretrained directory, as build_engine orders
+    it (meta model, shard, then load), with the GPU's bf16-parameter policy on gloo."""
+    import time
+
+    import torch.distributed as dist
+
+    from training.model.model import CausalLMWithLoss, build_model
+    from training.step.parallelize import precision_policy, shard_model
+
+    config = model_config(model_dir)
+    model = CausalLMWithLoss(build_model(model_dir, config, seed=0), 64)  # on meta
+    shard_model(model, torch.device("cpu"), reshard_after_forward=True,
+                activation_checkpointing=False, reduce_dtype="bf16", accum_dtype="fp32",
+                policy=precision_policy("bf16", "fp32"))
+    loading.load_sharded(model, loading.rank0_state(model_dir, config, dist.get_rank()),
+                         torch.device("cpu"), time.perf_counter())
+    g = torch.Generator().manual_seed(dist.get_rank())
+    for i in range(4):
+        tokens = torch.randint(0, config.vocab_size, (2, 17), generator=g)
+        model.set_requires_gradient_sync(i == 3)
+        model(tokens[:, :-1], tokens[:, 1:]).backward()
+    grads = [p.grad.to_local() for p in model.parameters()]
+    return {"bf16_wire": all(torch.equal(g, g.bfloat16().float()) for g in grads),
+            "fp32_accumulated": all(g.dtype == torch.float32 for g in grads)}
+
+
+def test_fp32_accumulation_with_a_bf16_reduce_loads_a_pretrained_model(ranks):
+    """The root's lazy init used to run at sharding time, on the meta parameters a pretrained
+    model has until it is loaded: torch refused them (_validate_no_meta_params)."""
+    for r in ranks[1]:
+        assert r["accum"] == {"bf16_wire": True, "fp32_accumulated": True}
+
+
+CHAT = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "four"}]
+
+
+def _chat_run_export(model_dir: str, tokenizer: str, root: str) -> str | None:
+    """A chat run from a pretrained source: the one conversation learned by heart, exported."""
+    import dataclasses
+
+    from training.config import TrainConfig
+    from training.data.packing import Batch
+    from training.data.tokenize import HFEncoder
+    from training.model.loss import IGNORE_INDEX
+    from training.step.engine import build_engine, train_step
+
+    cfg = TrainConfig(model=model_dir, tokenizer=tokenizer, num_workers=2, use_gpu=False,
+                      export=True, lr=1e-2)
+    engine = build_engine(cfg, model_config(model_dir), torch.device("cpu"))
+    ids, trained = HFEncoder(tokenizer).chat(CHAT)
+    labels = [t if keep else IGNORE_INDEX for t, keep in zip(ids[1:], trained[1:])]
+    batch = Batch(torch.tensor([ids[:-1]] * 2), torch.tensor([labels] * 2))
+    for _ in range(60):
+        train_step(engine, [batch], lr=cfg.lr, grad_clip=1.0)
+    rank = torch.distributed.get_rank()
+    files = RunFiles(pafs.LocalFileSystem(), f"{root}/chat") if rank == 0 else None
+    return export.export(engine, dataclasses.replace(cfg, export_dtype="fp32"), files)
+
+
+def test_a_chat_runs_export_generates_until_the_end_of_the_turn_and_stops(ranks):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = ranks[1][0]["chat"]
+    tok = AutoTokenizer.from_pretrained(path)
+    im_end, eos = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    assert json.loads(Path(path, "generation_config.json").read_text())["eos_token_id"] == \
+        [im_end, eos]  # the source's said <|endoftext|> only
+    model = AutoModelForCausalLM.from_pretrained(path)
+    prompt = tok.apply_chat_template(CHAT[:1], add_generation_prompt=True, return_tensors="pt",
+                                     return_dict=True)
+    out = model.generate(**prompt, max_new_tokens=30, do_sample=False)
+    assert tok.decode(out[0, prompt["input_ids"].shape[1]:]) == "four<|im_end|>"
+
+
+def test_the_bytes_tokenizers_export_renders_the_jobs_own_chat_format():
+    from training.data.tokenize import ByteEncoder
+
+    chat = [{"role": "system", "content": "Be brief."}, *CHAT,
+            {"role": "user", "content": "Grüße?"}]
+    tok = export.bytes_tokenizer()
+    assert tok.apply_chat_template(chat, tokenize=True, return_dict=False) == \
+        ByteEncoder().chat(chat)[0]
+    assert tok.apply_chat_template(chat[:2], add_generation_prompt=True, tokenize=True,
+                                   return_dict=False) == \
+        ByteEncoder().chat(chat[:2])[0] + list(b"<|assistant|>\n")
