@@ -322,7 +322,7 @@ def from_settings(settings: Mapping[str, Any], prefix: str = "",
         raise ConfigError(problems)
     cfg = TrainConfig(**values, **(fixed or {}))
     flag_to_key = {f"--{flag_name(f.name)}": setting_key(f.name) for f in dataclasses.fields(TrainConfig)}
-    found = [re.sub(r"^(--[a-z-]+)", lambda m: f"{prefix}{flag_to_key.get(m[1], m[1])} ({m[1]})", p)
+    found = [re.sub(r"^(--[a-z0-9-]+)", lambda m: f"{prefix}{flag_to_key.get(m[1], m[1])} ({m[1]})", p)
              for p in cfg.problems()]
     if found:
         raise ConfigError(found)

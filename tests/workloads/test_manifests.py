@@ -260,7 +260,7 @@ def _non_default(f, hint):
 
     # Batch settings must fit the others (seq 128 + 3 below; a worker count dividing 8).
     valid = {"tokens_per_step": 131 * 8 * 3, "hsdp_replicas": 2, "eval_fraction": 0.1,
-             "accum_dtype": "fp32"}
+             "accum_dtype": "fp32", "lora_dropout": 0.05, "lora_target_modules": "q_proj,v_proj"}
     if f.name in valid:
         return valid[f.name]
     args = typing.get_args(hint)
@@ -286,8 +286,9 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
     from training.config import TrainConfig, setting_key
 
     hints = typing.get_type_hints(TrainConfig)
+    # --load-in-4bit exists to be refused with the reason (QLoRA is not supported).
     wanted = {f.name: _non_default(f, hints[f.name]) for f in dataclasses.fields(TrainConfig)
-              if f.name not in SET_BY_THE_STACK}
+              if f.name not in {*SET_BY_THE_STACK, "load_in_4bit"}}
     # One evaluation set at a time: --eval-data takes the place of --eval-fraction.
     exclusive = {"eval_fraction": wanted.pop("eval_fraction")}
     for settings in (wanted, {**{k: v for k, v in wanted.items() if k != "eval_data"},
@@ -350,3 +351,19 @@ def test_mlflow_tracking_installs_the_pinned_client_and_the_job_gets_the_uri(cod
     assert flags.export  # the cluster exports the fine-tuned model by default (JOB_DEFAULTS)
     # The tests' MLflow is the client the cluster installs.
     assert MLFLOW_CLIENT in (REPO / "requirements-dev.txt").read_text().splitlines()
+
+
+def test_a_lora_job_installs_the_pinned_peft_and_is_a_run_of_its_own(code):
+    from stack.catalog import PEFT_CLIENT
+    from workloads.rayjob import run_name
+
+    raw, _ = raw_config(STACK_FILES[0])
+    training = json.loads(raw.get("training") or "{}")
+    full, lora = stack(), stack(training=json.dumps({**training, "loraRank": 8}))
+    assert lora.training.lora_rank == 8 and lora.training.model == full.training.model
+    env = yaml.safe_load(build_rayjob(lora, code, S3)["spec"]["runtimeEnvYAML"])
+    assert PEFT_CLIENT in env["pip"]
+    assert "pip" not in yaml.safe_load(build_rayjob(full, code, S3)["spec"]["runtimeEnvYAML"])
+    # Its checkpoints hold adapters: never resumed by (or from) a full fine-tune's run.
+    assert run_name(lora) != run_name(full)
+    assert PEFT_CLIENT in (REPO / "requirements-dev.txt").read_text().splitlines()
