@@ -77,18 +77,21 @@ def apply(lm: nn.Module, spec: LoraSpec, base_dtype: torch.dtype, seed: int = 0)
     its linear layers."""
     from peft import inject_adapter_in_model
 
+    linear = sorted({n.rsplit(".", 1)[-1] for n, m in lm.named_modules()
+                     if isinstance(m, nn.Linear)})
     lm.to(base_dtype)
     torch.manual_seed(seed)
-    try:
+    try:  # PEFT refuses targets of which none matches, and takes the rest when one does
         inject_adapter_in_model(spec.peft_config(), lm, adapter_name=ADAPTER)
-    except ValueError as e:
-        linear = sorted({n.rsplit(".", 1)[-1] for n, m in lm.named_modules()
-                         if isinstance(m, nn.Linear)})
-        raise ConfigError([f"--lora-target-modules {','.join(spec.targets)}: "
-                           f"{str(e).splitlines()[0]} (the model's linear layers: "
-                           f"{','.join(linear)})"]) from None
-    outside = [n for n, m in lm.named_modules()
-               if hasattr(m, "lora_A") and not n.startswith(DECODER_LAYERS)]
+    except ValueError:
+        pass
+    adapted = [n for n, m in lm.named_modules() if hasattr(m, "lora_A")]
+    unmatched = [t for t in spec.targets
+                 if not any(n == t or n.endswith("." + t) for n in adapted)]
+    if unmatched:
+        raise ConfigError([f"--lora-target-modules: no layer named {','.join(unmatched)} in "
+                           f"this model (its linear layers: {','.join(linear)})"])
+    outside = [n for n in adapted if not n.startswith(DECODER_LAYERS)]
     if outside:
         raise ConfigError([f"--lora-target-modules {','.join(spec.targets)}: adapters only "
                            f"inside the decoder layers (got {', '.join(outside)}): the fused "

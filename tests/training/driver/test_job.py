@@ -178,6 +178,12 @@ def test_trains_exports_to_s3_and_the_next_run_continues_from_that_export(
     (["--data", "/no/such/file.jsonl", "--tokenizer", "x"], "no such file"),
     (["--model", "qwen2.5-1.5b", "--seq-len", "2048", "--micro-batch-size", "64",
       "--memory-budget-gib", "22"], "GiB per GPU even with activation checkpointing"),
+    (["--lora-rank", "4", "--lora-target-modules", "q_proj,qkv"], "qkv.*linear layers: down_proj"),
+    (["--lora-rank", "4", "--lora-target-modules", "lm_head"], "only inside the decoder layers"),
+    (["--load-in-4bit"], "QLoRA .* not supported.*--lora-rank"),
+    # Full fine-tuning of 7B on 8 L4s cannot fit; its LoRA plan is checked and runs (planning).
+    (["--model", "qwen2.5-7b", "--seq-len", "2048", "--num-workers", "8",
+      "--memory-budget-gib", "22"], "GiB per GPU even with activation checkpointing"),
 ])
 def test_bad_input_fails_before_ray_starts(tmp_path, no_ray, flags, message):
     with pytest.raises(ValueError, match=message):

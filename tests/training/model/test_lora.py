@@ -290,3 +290,16 @@ def test_bf16_base_with_fp32_adapters_under_bf16_compute_trains_and_leaves_the_b
     for name, value in r["mixed_before"]["model"].items():
         if not lora.is_adapter(name):
             assert torch.equal(value, r["mixed_after"]["model"][name]), name
+
+
+def test_a_quantized_model_directory_is_refused_as_qlora_naming_why(tmp_path):
+    import json
+
+    from training.model.model import ModelError
+
+    config = model_config("tiny").to_dict()
+    config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelError, match="quantized model.*QLoRA .* not supported"):
+        model_config(str(tmp_path))
