@@ -29,8 +29,8 @@ QLORA_REFUSED = ("QLoRA (a 4-bit base) is not supported: FSDP2 with bitsandbytes
                  "has lost the quantization silently or trained to loss 0 / NaN gradient norms "
                  "(axolotl#2992, accelerate#3983), bitsandbytes is in neither the job's image "
                  "nor the benchmark machine's, and it was never measured working here; use "
-                 "--lora-rank R on the bf16 base (sharded: a 7B base is about 1.9 GB per GPU "
-                 "over 8 workers)")
+                 "--lora-rank R on the bf16 base (sharded: a 7B base is 3.8 GB per GPU over "
+                 "a node's 4)")
 
 
 

@@ -198,10 +198,13 @@ def test_lora_plans_7b_on_two_l4_nodes_where_full_fine_tuning_cannot_fit():
     with pytest.raises(ConfigError, match="even with activation checkpointing"):
         plan_batch(dataclasses.replace(cfg, lora_rank=0), full, world=8)
     fp = dataclasses.replace(full, trainable_params=trainable)
-    micro, accum = astuple(plan_batch(cfg, fp, world=8))
-    assert micro * accum == 16
+    plan = resolve_plan(cfg, fp, 8, "2x4", on_gpu=True)  # the README's numbers
+    micro, accum = plan.micro_batch_size, plan.grad_accum
+    assert (micro, accum, plan.activation_checkpointing, plan.reshard_after_forward) == \
+        (4, 4, True, True)
     shape = dict(micro_batch=micro, seq_len=2048, grad_accum=accum, reduce_dtype="fp32",
                  checkpointing=True, zero2=False)
+    assert 16.0 * GIB < estimate_bytes(fp, **shape) < 16.5 * GIB
     lora, dense = estimate_parts(fp, **shape), estimate_parts(full, **shape)
     # Sharded state: 16 bytes an adapter parameter, 2 a frozen one, over the 4 GPUs.
     frozen = num_params - trainable
