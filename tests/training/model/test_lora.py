@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 
 from tests.training.inproc import run_ranks
+# The base of every run here: a `tiny` Qwen2 saved by save_pretrained (tied embeddings).
+from tests.training.run.test_export_loading import pretrained_dir  # noqa: F401
 from training.config import TrainConfig
 from training.model import lora
 from training.model.model import model_config
@@ -32,17 +34,6 @@ def _cfg(model: str, **kw) -> TrainConfig:
 def _batches() -> torch.Tensor:
     g = torch.Generator().manual_seed(1234)
     return torch.randint(0, 512, (STEPS, GLOBAL_BATCH, SEQ + 1), generator=g)
-
-
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-    """A `tiny` Qwen2 saved by save_pretrained (tied embeddings): the base of every run here."""
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(1)
-    out = tmp_path_factory.mktemp("base")
-    AutoModelForCausalLM.from_config(model_config("tiny")).save_pretrained(out)
-    return out
 
 
 # --- on the gloo ranks ---------------------------------------------------------------------
@@ -127,9 +118,9 @@ def _on_ranks(base: str, ckpt: str, out: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def ranks(base_dir, tmp_path_factory):
+def ranks(pretrained_dir, tmp_path_factory):
     ckpt, out = tmp_path_factory.mktemp("ckpt"), tmp_path_factory.mktemp("export")
-    return run_ranks(2, _on_ranks, str(base_dir), str(ckpt), str(out))[0], ckpt, out
+    return run_ranks(2, _on_ranks, str(pretrained_dir), str(ckpt), str(out))[0], ckpt, out
 
 
 # --- the one-process reference: PEFT's model, plain AdamW ------------------------------------
@@ -140,16 +131,16 @@ def _peft_name(ours: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def reference(base_dir, ranks):
+def reference(pretrained_dir, ranks):
     """PeftModel over the same base and initial adapters, the same global batches, one process,
     no FSDP: AdamW as the job's (betas 0.9/0.95, decay 0.1 on matrices)."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
     initial = ranks[0]["initial"]["model"]
-    spec = lora.LoraSpec.from_config(_cfg(str(base_dir)))
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
-                           spec.peft_config())
+    spec = lora.LoraSpec.from_config(_cfg(str(pretrained_dir)))
+    base = AutoModelForCausalLM.from_pretrained(pretrained_dir, dtype=torch.float32)
+    model = get_peft_model(base, spec.peft_config())
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, value in initial.items():
@@ -173,7 +164,7 @@ def reference(base_dir, ranks):
 
 
 def test_only_the_adapters_train_and_the_base_stays_bitwise_what_from_pretrained_loaded(
-        ranks, base_dir):
+        ranks, pretrained_dir):
     from transformers import AutoModelForCausalLM
 
     r = ranks[0]
@@ -183,7 +174,8 @@ def test_only_the_adapters_train_and_the_base_stays_bitwise_what_from_pretrained
     assert set(r["final"]["optim"]) == set(r["trainable"])
     assert r["trainable_params"] == sum(v.numel() for k, v in r["final"]["model"].items()
                                         if lora.is_adapter(k)) < r["num_params"] / 10
-    pretrained = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).state_dict()
+    pretrained = AutoModelForCausalLM.from_pretrained(pretrained_dir,
+                                                      dtype=torch.float32).state_dict()
     frozen = {k: v for k, v in r["final"]["model"].items() if not lora.is_adapter(k)}
     assert len(frozen) == len(pretrained)
     for key, value in frozen.items():
@@ -258,7 +250,7 @@ def test_merged_export_is_base_plus_scaled_ba_and_loads_with_transformers_and_as
 
 
 def test_adapter_export_loads_with_peft_on_the_base_and_gives_the_trained_logits(
-        ranks, base_dir):
+        ranks, pretrained_dir):
     import json
 
     from peft import PeftModel
@@ -271,8 +263,8 @@ def test_adapter_export_loads_with_peft_on_the_base_and_gives_the_trained_logits
     assert (path / export.MARKER).exists()
     config = json.loads((path / lora.ADAPTER_CONFIG).read_text())
     assert (config["r"], config["lora_alpha"], config["peft_type"]) == (RANK, ALPHA, "LORA")
-    assert config["base_model_name_or_path"] == str(base_dir)
-    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    assert config["base_model_name_or_path"] == str(pretrained_dir)
+    base = AutoModelForCausalLM.from_pretrained(pretrained_dir, dtype=torch.float32)
     model = PeftModel.from_pretrained(base, path)
     with torch.no_grad():
         logits = model(input_ids=IDS).logits
