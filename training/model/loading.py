@@ -1,7 +1,8 @@
 """Pretrained weights read once per run, not once per GPU, and model directories on S3.
 
 Rank 0 alone reads the weights (`from_pretrained` on the host, fp32: the master weights, exactly
-as a single process loads them); every other rank builds the model on the meta device. After
+as a single process loads them; bf16 for a frozen LoRA base, its adapters injected there so their
+init travels with it); every other rank builds the model on the meta device. After
 `fully_shard`, every rank materializes its empty shards and `set_model_state_dict(...,
 StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))` sends each tensor from rank 0
 and keeps only the local shard (torch/distributed/checkpoint/state_dict.py

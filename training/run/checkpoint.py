@@ -10,6 +10,11 @@ Ray Train itself registers a reported checkpoint only on its controller's next p
 resumes from the newest checkpoint that is marked complete or registered, whichever is newer.
 Torn directories (no marker, never registered) are never loaded.
 
+What is saved is the trainable state: a LoRA run's checkpoint holds its adapters, their Adam
+state and the run state, not the frozen base, which the resumed run reads from --model again
+(`get_state_dict(..., ignore_frozen_params=True)`); the adapters' identity (base, rank, alpha,
+targets) is saved with them and a resume with other settings is refused before loading.
+
 Asynchronous saves (`--async-checkpoint`, `Saver`): `dcp.async_save` copies this rank's shards to
 host memory and returns; a thread writes them and uploads the files to storage while training
 goes on. The next save (at most one in flight), the end of the run or a fault hook waits for
