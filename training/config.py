@@ -37,8 +37,8 @@ QLORA_REFUSED = ("QLoRA (a 4-bit base) is not supported: FSDP2 with bitsandbytes
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     model: str = field(default="tiny", metadata={"help": "built-in random-init shape (`tiny`, "
-                       "`qwen2.5-1.5b`), a Hugging Face model id, or a model directory (local or "
-                       "s3://bucket/prefix/, e.g. a previous run's export)"})
+                       "`qwen2.5-1.5b`, `qwen2.5-7b`), a Hugging Face model id, or a model "
+                       "directory (local or s3://bucket/prefix/, e.g. a previous run's export)"})
     tokenizer: str | None = field(default=None, metadata={"help": "tokenizer id or directory for "
                                   "--data text files, or `bytes` (UTF-8 bytes, built in); "
                                   "defaults to --model"})
