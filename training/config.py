@@ -152,8 +152,9 @@ class TrainConfig:
                                 "(each adapted layer keeps its own dropped copy and mask of its "
                                 "input for backward: more activation memory)"})
     lora_target_modules: str = field(default=LORA_TARGETS, metadata={"help": "comma-separated "
-                                     "names of the linear layers that get adapters (default: "
-                                     "every attention and MLP projection)"})
+                                     "names of the decoder layers' linear layers that get "
+                                     "adapters (the default: every attention and MLP "
+                                     "projection)"})
     load_in_4bit: bool = field(default=False, metadata={"help": "QLoRA (a 4-bit base): refused "
                                "with the reason; see the README's LoRA section"})
     fault_at_step: int | None = field(default=None, metadata={"help": "test hook: one worker "
