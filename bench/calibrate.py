@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.single import environment, one_rank, write_json
+from bench.single import device_peak, environment, one_rank, write_json
 from training.config import TrainConfig
 
 KIND = "memory-calibration"
@@ -100,14 +100,8 @@ def _measure_row(overrides: dict, args: argparse.Namespace, device) -> dict:
             train_step(engine, micro, 1e-4, cfg.grad_clip)
         inputs = estimate_inputs(engine, cfg)
         row.update(inputs=inputs, estimated_peak_gib=estimate_from(inputs) / GIB)
+        row.update(device_peak(device))
         if cuda:
-            torch.cuda.synchronize(device)
-            free, total = torch.cuda.mem_get_info(device)
-            outside = total - free - torch.cuda.memory_reserved(device)
-            row.update(peak_reserved_gib=torch.cuda.max_memory_reserved(device) / GIB,
-                       peak_allocated_gib=torch.cuda.max_memory_allocated(device) / GIB,
-                       outside_torch_gib=outside / GIB)
-            row["peak_gib"] = row["peak_reserved_gib"] + row["outside_torch_gib"]
             row["estimate_error"] = row["estimated_peak_gib"] / row["peak_gib"] - 1
         del engine
     except Exception as e:  # an OOM is a result row, not a lost grid

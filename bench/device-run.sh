@@ -17,14 +17,18 @@
 #   pretrained one GPU, about 2 minutes: the job with --accum-dtype fp32 --reduce-dtype bf16 on a
 #            pretrained directory (a tiny Qwen2 saved there: the machine reaches no hub), trained
 #            on the shipped chat set and exported (CPU rehearsal: the same command, no GPU)
+#   lora     one GPU, under 6 minutes: 1.5B full fine-tuning (whole GPU; refused under 22 GiB)
+#            vs 1.5B LoRA vs 7B LoRA (LARGE, random init) under --memory-budget-gib 22: tokens/s,
+#            peak against the planner's estimate, loss on the shipped set (bench.lora).
+#            CPU rehearsal: MODEL=tiny LARGE=tiny SEQ=64 OUT=/tmp/out bash bench/device-run.sh lora
 # Afterwards, here: copy $OUT's JSON into bench/runs/<date>/ and run `python -m bench.results`
 # (RESULTS.md) and `python -m bench.calibrate --fit bench/runs/<date>/calibration.json`.
 # MODEL/SEQ/WORKERS override the shape for a CPU rehearsal of the flags (tests/bench/test_runbook.py
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained}
-MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora}
+MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2} LARGE=${LARGE:-qwen2.5-7b}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
 BENCH=(python3 -m bench --model "$MODEL" --seq-len "$SEQ" --warmup 2 --steps 3)
@@ -108,6 +112,12 @@ pretrained)  # one GPU: the root's lazy init used to run on the meta parameters 
   tail -n 1 "$OUT/pretrained.log" > "$OUT/pretrained.json"
   cp /tmp/runs/pretrained-fp32-accum/hf_model/generation_config.json \
     "$OUT/pretrained-generation-config.json"
+  ;;
+lora)  # one GPU: LoRA on FSDP2 (issue 30); the 7B row at 512 tokens: its bf16 base alone is 14 GiB
+  python3 -c "import peft; print('peft', peft.__version__)" 2>&1 | tee "$OUT/lora.log"
+  timeout 340 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --seq-len "$SEQ" \
+    --large-seq-len 512 --steps 12 --memory-budget-gib 22 \
+    --json-out "$OUT/lora.json" 2>&1 | tee -a "$OUT/lora.log"
   ;;
 *) echo "unknown part $PART" >&2; exit 2 ;;
 esac

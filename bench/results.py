@@ -98,6 +98,34 @@ def checkpoint_rows(result: dict, name: str) -> list[list[str]]:
         f"`{r['command']}`", name] for r in result["runs"]]
 
 
+def lora_rows(result: dict, name: str) -> list[list[str]]:
+    """LoRA against full fine-tuning (`python -m bench.lora`), one row per run."""
+    from training.step.memory import estimate_from
+
+    env = result["env"]
+    out = []
+    for r in result["rows"]:
+        what = [r["run"], r["model"], str(r["lora_rank"] or "-"), fmt(r["memory_budget_gib"], "g"),
+                f"{r['tokens_per_step'] // r['seq_len']} x {r['seq_len']}"]
+        if "error_text" in r:
+            out.append(_provenance(env) + what + ["error: " + r["error_text"]] + [""] * 7 +
+                       [f"`{env['command']}`", name])
+            continue
+        p = r["plan"]
+        plan = f"{p['micro_batch_size']} x {p['grad_accum']}" + (
+            ", AC" if p["activation_checkpointing"] else "")
+        now = estimate_from(r["inputs"]) / 2**30
+        measured = [fmt(r.get("peak_gib"), ".2f"), f"{r['estimated_peak_gib']:.2f}",
+                    fmt(r.get("estimate_error"), "+.1%"),
+                    fmt(now / r["peak_gib"] - 1 if r.get("peak_gib") else None, "+.1%")]
+        out.append(_provenance(env) + what + [
+            plan, f"{r['trainable_params'] / 1e6:,.1f}M", f"{r['tokens_per_s']:,.0f}", *measured,
+            f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}" +
+            ("" if r["grad_norms_finite"] else " (non-finite grad norm)"),
+            f"`{env['command']}`", name])
+    return out
+
+
 PROVENANCE = ["date (UTC)", "GPU x world", "torch / NCCL"]
 SECTIONS = {
     "throughput": ("Step throughput (`python -m bench`)",
@@ -122,6 +150,15 @@ SECTIONS = {
                            PROVENANCE + ["shape", "peak GiB", "allocated GiB", "estimate GiB",
                                          "error then", "error now", "command", "json"],
                            calibration_rows),
+    "lora": ("LoRA against full fine-tuning on one GPU (`python -m bench.lora`)",
+             "The job's engine on one GPU under the budget (22 GiB: the L4 proxy), the shipped "
+             "instruction set (bytes tokenizer), random-init built-in shapes. Peak and estimate "
+             "as in the calibration table (error allowed -10% .. +15%); loss: first step -> "
+             "mean of the last three.",
+             PROVENANCE + ["run", "model", "LoRA rank", "budget GiB", "sequences x seq",
+                           "plan (mb x accum)", "trained params", "tokens/s", "peak GiB",
+                           "estimate GiB", "error then", "error now", "loss", "command", "json"],
+             lora_rows),
     "checkpoint": ("Training throughput with checkpoints (`python -m bench.checkpoints`)",
                    "The real job; tokens/s with checkpoints counts everything since the first "
                    "step began, saves included.",

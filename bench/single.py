@@ -51,3 +51,20 @@ def write_json(result: dict, path: Path | None) -> None:
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=2))
+
+
+def device_peak(device: torch.device) -> dict:
+    """The measured peak the memory planner is held to (none on CPU): `max_memory_reserved` plus
+    the device memory outside torch's allocator (CUDA context, NCCL, kernels: `mem_get_info`'s
+    used bytes less what torch has reserved); allocated is recorded too."""
+    if device.type != "cuda":
+        return {}
+    gib = 2**30
+    torch.cuda.synchronize(device)
+    free, total = torch.cuda.mem_get_info(device)
+    outside = total - free - torch.cuda.memory_reserved(device)
+    out = {"peak_reserved_gib": torch.cuda.max_memory_reserved(device) / gib,
+           "peak_allocated_gib": torch.cuda.max_memory_allocated(device) / gib,
+           "outside_torch_gib": outside / gib}
+    out["peak_gib"] = out["peak_reserved_gib"] + out["outside_torch_gib"]
+    return out

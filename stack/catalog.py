@@ -182,6 +182,9 @@ RAY_VERSION = "2.58.0"  # the Ray inside RAY_IMAGE; RayCluster.spec.rayVersion m
 # full `mlflow` package also pulls a server, scikit-learn and pandas. requirements-dev.txt pins the
 # same version for the tests (tests/workloads/test_manifests.py checks they agree).
 MLFLOW_CLIENT = "mlflow-skinny==3.17.2"
+# PEFT, installed at submission the same way only for LoRA runs (--lora-rank > 0): the image's
+# lockfile (the same uv.lock) lists no peft either. requirements-dev.txt pins the same version.
+PEFT_CLIENT = "peft==0.21.2"
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,23 @@ LOSS_TOKENS = ("completion", "all")
 ATTENTION = ("sdpa", "flex_attention")
 RANDOM_DATA = ("random", "repeat")  # --data values that are not files (training.data.random_tokens)
 EXPORT_DTYPES = ("bf16", "fp32")
+# LoRA's default targets: the attention and MLP projections of Qwen2 (and Llama-style) layers.
+LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+# Why --load-in-4bit is refused (README, LoRA section).
+QLORA_REFUSED = ("QLoRA (a 4-bit base) is not supported: FSDP2 with bitsandbytes 4-bit weights "
+                 "has lost the quantization silently or trained to loss 0 / NaN gradient norms "
+                 "(axolotl#2992, accelerate#3983), bitsandbytes is in neither the job's image "
+                 "nor the benchmark machine's, and it was never measured working here; use "
+                 "--lora-rank R on the bf16 base (sharded: a 7B base is 3.8 GB per GPU over "
+                 "a node's 4)")
 
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     model: str = field(default="tiny", metadata={"help": "built-in random-init shape (`tiny`, "
-                       "`qwen2.5-1.5b`), a Hugging Face model id, or a model directory (local or "
-                       "s3://bucket/prefix/, e.g. a previous run's export)"})
+                       "`qwen2.5-1.5b`, `qwen2.5-7b`), a Hugging Face model id, or a model "
+                       "directory (local or s3://bucket/prefix/, e.g. a previous run's export)"})
     tokenizer: str | None = field(default=None, metadata={"help": "tokenizer id or directory for "
                                   "--data text files, or `bytes` (UTF-8 bytes, built in); "
                                   "defaults to --model"})
@@ -138,6 +147,21 @@ class TrainConfig:
                                             "server (http[s]://...): one MLflow run per training "
                                             "run, logged by rank 0; default: MLFLOW_TRACKING_URI, "
                                             "else no tracking"})
+    lora_rank: int = field(default=0, metadata={"help": "LoRA: train rank-R adapters (PEFT) on "
+                           "the --lora-target-modules of a frozen bf16 base instead of every "
+                           "weight; checkpoints hold only the adapters, the export writes an "
+                           "adapter directory and the merged model; 0: full fine-tuning"})
+    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator: the "
+                              "adapters' update is scaled by alpha / rank"})
+    lora_dropout: float = field(default=0.0, metadata={"help": "dropout on the adapters' input "
+                                "(each adapted layer keeps its own dropped copy and mask of its "
+                                "input for backward: more activation memory)"})
+    lora_target_modules: str = field(default=LORA_TARGETS, metadata={"help": "comma-separated "
+                                     "names of the decoder layers' linear layers that get "
+                                     "adapters (the default: every attention and MLP "
+                                     "projection)"})
+    load_in_4bit: bool = field(default=False, metadata={"help": "QLoRA (a 4-bit base): refused "
+                               "with the reason; see the README's LoRA section"})
     fault_at_step: int | None = field(default=None, metadata={"help": "test hook: one worker "
                                       "exits at this step of a fresh run", "hidden": True})
     fault_in_save_at_step: int | None = field(default=None, metadata={"help": "test hook: one "
@@ -187,8 +211,25 @@ class TrainConfig:
         if self.on_fallback not in FALLBACK_ACTIONS:
             out.append(f"--on-fallback must be one of {FALLBACK_ACTIONS}")
         out += self._eval_problems()
+        out += self._lora_problems()
         if not self.name or "/" in self.name:
             out.append(f"--name must be a non-empty name without '/' (got {self.name!r})")
+        return out
+
+    def _lora_problems(self) -> list[str]:
+        out = []
+        if self.load_in_4bit:
+            out.append(f"--load-in-4bit: {QLORA_REFUSED}")
+        if self.lora_rank < 0:
+            out.append(f"--lora-rank must be 0 (full fine-tuning) or more (got {self.lora_rank})")
+        if not self.lora_alpha > 0:
+            out.append(f"--lora-alpha must be positive (got {self.lora_alpha})")
+        if not 0 <= self.lora_dropout < 1:
+            out.append(f"--lora-dropout must be at least 0 and below 1 (got {self.lora_dropout})")
+        names = [t.strip() for t in self.lora_target_modules.split(",")]
+        if not all(re.fullmatch(r"[A-Za-z_][\w.]*", n) for n in names):
+            out.append("--lora-target-modules must be comma-separated module names, e.g. "
+                       f"{LORA_TARGETS} (got {self.lora_target_modules!r})")
         return out
 
     def _eval_problems(self) -> list[str]:
@@ -297,7 +338,7 @@ def from_settings(settings: Mapping[str, Any], prefix: str = "",
         raise ConfigError(problems)
     cfg = TrainConfig(**values, **(fixed or {}))
     flag_to_key = {f"--{flag_name(f.name)}": setting_key(f.name) for f in dataclasses.fields(TrainConfig)}
-    found = [re.sub(r"^(--[a-z-]+)", lambda m: f"{prefix}{flag_to_key.get(m[1], m[1])} ({m[1]})", p)
+    found = [re.sub(r"^(--[a-z0-9-]+)", lambda m: f"{prefix}{flag_to_key.get(m[1], m[1])} ({m[1]})", p)
              for p in cfg.problems() + exclusive(values)]
     if found:
         raise ConfigError(found)

@@ -18,7 +18,7 @@ import shlex
 
 import yaml
 
-from stack.catalog import MLFLOW_CLIENT
+from stack.catalog import MLFLOW_CLIENT, PEFT_CLIENT
 from stack.config import StackConfig
 from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGET_S
 from training.config import TrainConfig
@@ -39,7 +39,11 @@ SUBMITTER_RETRIES = 2
 def run_name(cfg: StackConfig) -> str:
     """Ray Train run name: stable for a model and dataset, so a new job (say, more steps)
     resumes from the previous job's latest checkpoint, while another model starts afresh."""
-    key = json.dumps([cfg.training.model, cfg.training.data, cfg.training.seq_len])
+    t = cfg.training
+    # LoRA's adapters are another run than a full fine-tune of the same model (their checkpoints
+    # hold other weights); full fine-tuning keeps the names it always had.
+    lora = [t.lora_rank, t.lora_alpha, t.lora_target_modules] if t.lora_rank else []
+    key = json.dumps([t.model, t.data, t.seq_len, *lora])
     return f"{cfg.name}-run-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
@@ -76,7 +80,8 @@ def head_service(rayjob_name: str) -> str:
 def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict:
     name = f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
     runtime_env = {"working_dir": CODE_MOUNT}
-    pip = [*cfg.extra_pip, *([MLFLOW_CLIENT] if cfg.mlflow_tracking_uri else [])]
+    pip = [*cfg.extra_pip, *([MLFLOW_CLIENT] if cfg.mlflow_tracking_uri else []),
+           *([PEFT_CLIENT] if cfg.training.lora_rank else [])]
     if pip:
         runtime_env["pip"] = pip
     return {

@@ -41,8 +41,36 @@ def test_cpu_rehearsals_are_left_out_and_each_kind_has_its_section(tmp_path):
     runs.mkdir(parents=True)
     (runs / "cpu.json").write_text(json.dumps(_bench_json(gpu=False)))
     text = results.render(tmp_path / "runs")
-    assert "reference-no-sync" not in text and text.count("No measurement recorded yet") == 4
+    assert "reference-no-sync" not in text and text.count("No measurement recorded yet") == 5
     (runs / "gpu.json").write_text(json.dumps(_bench_json(gpu=True)))
     text = results.render(tmp_path / "runs")
     assert "| reference-no-sync |" in text and "| runs/2026-12-01/gpu.json |" in text
-    assert text.count("No measurement recorded yet") == 3
+    assert text.count("No measurement recorded yet") == 4
+
+
+def test_lora_rows_show_plan_peak_against_estimate_loss_and_refusals(tmp_path):
+    """A LoRA result as bench/lora.py writes it (CPU rehearsal's shape, a GPU's provenance)."""
+    inputs = {"model": "tiny", "vocab_size": 512, "num_params": 144192, "shard_size": 1,
+              "world": 1, "compiled": True, "micro_batch": 8, "seq_len": 64, "grad_accum": 1,
+              "reduce_dtype": "fp32", "accum_dtype": "fp32", "checkpointing": False,
+              "zero2": False, "loss_chunk_tokens": 2048, "trainable_params": 18688,
+              "lora_dropout": False}
+    base = {"model": "tiny", "memory_budget_gib": 22.0, "seq_len": 64, "tokens_per_step": 512}
+    ran = {**base, "run": "lora", "lora_rank": 16, "trainable_params": 18688, "inputs": inputs,
+           "plan": {"micro_batch_size": 8, "grad_accum": 1, "activation_checkpointing": False},
+           "tokens_per_s": 1234.5, "peak_gib": 1.0, "estimated_peak_gib": 0.9,
+           "estimate_error": -0.1, "first_loss": 6.2, "last_loss": 5.1,
+           "grad_norms_finite": True}
+    refused = {**base, "run": "full-budget", "lora_rank": 0,
+               "error_text": "ConfigError: micro-batch 1 needs about 30 GiB"}
+    result = {"kind": "lora", "rows": [ran, refused], "settings": {},
+              "env": {**_bench_json(gpu=True)["env"], "command": "python -m bench.lora"}}
+    runs = tmp_path / "runs" / "2026-12-01"
+    runs.mkdir(parents=True)
+    (runs / "lora.json").write_text(json.dumps(result))
+    rendered = results.render(tmp_path / "runs").splitlines()
+    lines = [r for r in rendered if "`python -m bench.lora` |" in r]
+    assert len(lines) == 2 and all(r.count("|") == lines[0].count("|") for r in lines)
+    assert "| lora | tiny | 16 | 22 | 8 x 64 | 8 x 1 | 0.0M | 1,234 | 1.00 | 0.90 |" in lines[0]
+    assert "| -10.0% |" in lines[0] and "| 6.200 -> 5.100 |" in lines[0]
+    assert "| full-budget | tiny | - | 22 | 8 x 64 | error: ConfigError: micro-batch 1" in lines[1]

@@ -73,22 +73,23 @@ def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
 def check_memory_budget(cfg: TrainConfig, config) -> None:
     """A micro-batch that cannot fit --memory-budget-gib even with activation checkpointing is
     refused here (the batch plan the workers will make, memory.plan_batch), not met as a CUDA
-    out-of-memory error inside a worker."""
-    if cfg.memory_budget_gib is None:
-        return
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from training.model.model import count_params
+    out-of-memory error inside a worker. LoRA targets the model lacks fail here too."""
+    from training.model.lora import LoraSpec, count_on_meta
     from training.step.memory import Footprint, plan_batch
 
-    with torch.device("meta"):
-        num_params = count_params(AutoModelForCausalLM.from_config(config))
+    spec = LoraSpec.from_config(cfg)
+    if cfg.memory_budget_gib is None and spec is None:
+        return
+    num_params, trainable = count_on_meta(config, spec)
+    if cfg.memory_budget_gib is None:
+        return
     # Plain FSDP unless --hsdp-replicas says otherwise: the driver does not know the nodes yet;
     # each worker plans again with the mesh it builds (engine.resolve_plan).
     shard = max(1, cfg.num_workers // (cfg.hsdp_replicas or 1))
     fp = Footprint(config, num_params, shard, int(cfg.memory_budget_gib * 2**30),
-                   compiled=cfg.compile is not False, world=cfg.num_workers)  # a budget: GPUs
+                   compiled=cfg.compile is not False, world=cfg.num_workers,  # a budget: GPUs
+                   trainable_params=trainable if spec else None,
+                   lora_dropout=bool(spec and spec.dropout))
     plan_batch(cfg, fp, cfg.num_workers, note=f" (--memory-budget-gib {cfg.memory_budget_gib})")
 
 

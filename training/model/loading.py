@@ -1,7 +1,8 @@
 """Pretrained weights read once per run, not once per GPU, and model directories on S3.
 
 Rank 0 alone reads the weights (`from_pretrained` on the host, fp32: the master weights, exactly
-as a single process loads them); every other rank builds the model on the meta device. After
+as a single process loads them; bf16 for a frozen LoRA base, its adapters injected there so their
+init travels with it); every other rank builds the model on the meta device. After
 `fully_shard`, every rank materializes its empty shards and `set_model_state_dict(...,
 StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))` sends each tensor from rank 0
 and keeps only the local shard (torch/distributed/checkpoint/state_dict.py
@@ -150,9 +151,10 @@ def host_rss_gib() -> float:
     return peak / (2**30 if sys.platform == "darwin" else 2**20)
 
 
-def rank0_state(spec: str, config, rank: int) -> dict | None:
-    """Rank 0's full fp32 state dict of `spec`, exactly as from_pretrained loads it (tied keys
-    included); None on every other rank, which reads nothing."""
+def rank0_state(spec: str, config, rank: int, dtype=None, prepare=None) -> dict | None:
+    """Rank 0's full state dict of `spec`, exactly as from_pretrained loads it in `dtype`
+    (default fp32; tied keys included), after `prepare(model)` (LoRA: the adapters injected, so
+    their init travels with the base); None on every other rank, which reads nothing."""
     if rank != 0:
         return None
     import torch
@@ -160,8 +162,11 @@ def rank0_state(spec: str, config, rank: int) -> dict | None:
 
     local = weights_dir(spec)
     try:
-        lm = AutoModelForCausalLM.from_pretrained(local, config=config, dtype=torch.float32,
+        lm = AutoModelForCausalLM.from_pretrained(local, config=config,
+                                                  dtype=dtype or torch.float32,
                                                   attn_implementation="sdpa")
+        if prepare is not None:
+            prepare(lm)
         return lm.state_dict()
     finally:
         if is_s3(spec):  # our own temporary download

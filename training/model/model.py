@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwe
 from training.model.loading import ModelError, check_model_dir, is_s3, local_dir
 from training.model.loss import fused_linear_cross_entropy, label_count
 
-# Qwen2.5 shapes from the published configs (Qwen/Qwen2.5-{0.5B,1.5B} config.json); `tiny` keeps the
+# Qwen2.5 shapes from the published configs (Qwen/Qwen2.5-{0.5B,1.5B,7B} config.json); `tiny` keeps the
 # architecture (GQA, tied embeddings, RMSNorm, SwiGLU) at a size that trains on a laptop CPU.
 BUILTIN_SHAPES: dict[str, dict] = {
     "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
@@ -28,6 +28,12 @@ BUILTIN_SHAPES: dict[str, dict] = {
     "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                          num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
                          max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    # Qwen/Qwen2.5-7B config.json: untied LM head; for planning and benchmarking 7B LoRA without
+    # its weights.
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                       max_position_embeddings=131072, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                       tie_word_embeddings=False),
 }
 
 
@@ -41,7 +47,7 @@ def model_config(spec: str, vocab_size: int | None = None) -> PretrainedConfig:
         shape = dict(BUILTIN_SHAPES[spec])
         if vocab_size:
             shape["vocab_size"] = vocab_size
-        config = Qwen2Config(tie_word_embeddings=True, **shape)
+        config = Qwen2Config(**{"tie_word_embeddings": True, **shape})
     else:
         if is_s3(spec) or Path(spec).is_dir():
             check_model_dir(spec)
@@ -53,6 +59,11 @@ def model_config(spec: str, vocab_size: int | None = None) -> PretrainedConfig:
             raise ModelError(f"--model {spec!r}: cannot load its config ({_first_line(e)}); "
                              "pass a Hugging Face id, a local model directory, or a built-in "
                              f"shape {sorted(BUILTIN_SHAPES)}") from None
+    if getattr(config, "quantization_config", None):
+        from training.config import QLORA_REFUSED
+
+        raise ModelError(f"--model {spec!r} is a quantized model (its config has a "
+                         f"quantization_config): {QLORA_REFUSED}")
     config.use_cache = False
     return config
 
@@ -62,17 +73,21 @@ def max_positions(config: PretrainedConfig) -> int:
 
 
 def build_model(spec: str, config: PretrainedConfig, *, seed: int,
-                device: torch.device | None = None, attention: str = "sdpa") -> nn.Module:
-    """Random init (same weights on every rank, from `seed`) in fp32, or, for pretrained weights,
-    the bare architecture on the meta device (training/model/loading.py fills it after sharding).
+                device: torch.device | None = None, attention: str = "sdpa",
+                dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Random init (same weights on every rank, from `seed`) in `dtype`, or, for pretrained
+    weights, the bare architecture on the meta device (training/model/loading.py fills it after
+    sharding).
 
-    fp32 is deliberate: these are the master weights; FSDP2's mixed-precision policy casts to bf16
-    for compute on GPU. Random init happens directly on `device` (seconds, not minutes, for 1.5B).
+    fp32 by default: these are the master weights; FSDP2's mixed-precision policy casts to bf16
+    for compute on GPU. A frozen LoRA base is built in bf16 (no master copy: a 7B base in fp32
+    would not fit an L4 before sharding). Random init happens directly on `device` (seconds, not
+    minutes, for 1.5B).
     """
     torch.manual_seed(seed)
     with torch.device("meta" if not is_builtin(spec) else device or "cpu"):
         return AutoModelForCausalLM.from_config(config, attn_implementation=attention,
-                                                dtype=torch.float32)
+                                                dtype=dtype)
 
 
 def count_params(model: nn.Module) -> int:

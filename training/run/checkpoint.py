@@ -10,6 +10,11 @@ Ray Train itself registers a reported checkpoint only on its controller's next p
 resumes from the newest checkpoint that is marked complete or registered, whichever is newer.
 Torn directories (no marker, never registered) are never loaded.
 
+What is saved is the trainable state: a LoRA run's checkpoint holds its adapters, their Adam
+state and the run state, not the frozen base, which the resumed run reads from --model again
+(`get_state_dict(..., ignore_frozen_params=True)`); the adapters' identity (base, rank, alpha,
+targets) is saved with them and a resume with other settings is refused before loading.
+
 Asynchronous saves (`--async-checkpoint`, `Saver`): `dcp.async_save` copies this rank's shards to
 host memory and returns; a thread writes them and uploads the files to storage while training
 goes on. The next save (at most one in flight), the end of the run or a fault hook waits for
@@ -32,7 +37,8 @@ import pyarrow.fs as pafs
 import ray.train
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
+                                                     set_state_dict)
 
 from training.step.engine import Engine
 from training.model.model import tied_aliases
@@ -77,13 +83,46 @@ def dir_name(step: int) -> str:
     return f"checkpoint-step{step:07d}"
 
 
+# Frozen parameters (a LoRA run's base) are not saved: they come from --model again on resume.
+_TRAINABLE = StateDictOptions(ignore_frozen_params=True)
+ADAPTER_KEY = "adapter"  # LoRA: the adapters' identity (LoraSpec JSON), checked before loading
+
+
 def _state_dict(engine: Engine) -> dict:
-    """Model and optimizer shards; tied parameters once (get_state_dict lists the tied LM head
-    under both names)."""
-    model_sd, optim_sd = get_state_dict(engine.model, engine.optimizer)
+    """Shards of the trainable parameters and their optimizer state; tied parameters once
+    (get_state_dict lists the tied LM head under both names); a LoRA run's adapter identity."""
+    model_sd, optim_sd = get_state_dict(engine.model, engine.optimizer, options=_TRAINABLE)
     for alias in tied_aliases(engine.model):
         model_sd.pop(alias, None)
-    return {"model": model_sd, "optim": optim_sd}
+    out = {"model": model_sd, "optim": optim_sd}
+    if engine.lora is not None:
+        out[ADAPTER_KEY] = engine.lora.to_json()
+    return out
+
+
+def _tuned(spec: dict | None) -> str:
+    return f"LoRA adapters {spec}" if spec else "every weight (--lora-rank 0)"
+
+
+def _check_matches(wanted: dict, directory: str) -> None:
+    """Refuse a checkpoint of other adapters (or none) or of another model's weights, naming
+    what differs, before DCP fails on a missing key."""
+    saved = dcp.FileSystemReader(directory).read_metadata().state_dict_metadata
+    found = {ADAPTER_KEY: ""}
+    if ADAPTER_KEY in saved:
+        dcp.load(found, checkpoint_id=directory)
+    theirs, ours = (json.loads(x) if x else None for x in (found[ADAPTER_KEY],
+                                                            wanted.get(ADAPTER_KEY)))
+    if theirs != ours:
+        raise CheckpointError(
+            f"checkpoint {directory} fine-tunes {_tuned(theirs)}, this run {_tuned(ours)}: "
+            "resume with the --model and --lora-* flags it was saved with, or use a new --name")
+    missing = {f"model.{k}" for k in wanted["model"]} - set(saved)
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {directory} holds other weights than this run's model ({len(missing)} "
+            f"missing, e.g. {sorted(missing)[0]}): resume with the --model it was saved with, "
+            "or use a new --name")
 
 
 def save_local(engine: Engine, state: RunState, directory: str) -> None:
@@ -103,14 +142,16 @@ def load_local(engine: Engine, directory: str) -> RunState:
         raise CheckpointError(f"checkpoint {directory} is incomplete (no DCP metadata or train "
                               "state); delete it to resume from the one before")
     state = RunState.from_json(Path(directory, STATE_FILE).read_text(), directory)
-    model_sd, optim_sd = get_state_dict(engine.model, engine.optimizer)
-    aliases = tied_aliases(engine.model)
-    loaded = {"model": {k: v for k, v in model_sd.items() if k not in aliases}, "optim": optim_sd}
+    loaded = _state_dict(engine)
+    _check_matches(loaded, directory)
     dcp.load(loaded, checkpoint_id=directory)
-    for alias, canonical in aliases.items():
-        loaded["model"][alias] = loaded["model"][canonical]
+    for alias, canonical in tied_aliases(engine.model).items():
+        if canonical in loaded["model"]:  # not when frozen (LoRA): neither name was saved
+            loaded["model"][alias] = loaded["model"][canonical]
+    # A LoRA run loads its adapters only: its frozen base is already in place.
     set_state_dict(engine.model, engine.optimizer, model_state_dict=loaded["model"],
-                   optim_state_dict=loaded["optim"])
+                   optim_state_dict=loaded["optim"],
+                   options=StateDictOptions(strict=engine.lora is None))
     return state
 
 

@@ -11,6 +11,9 @@ byte-level `PreTrainedTokenizerFast` (`bytes_tokenizer`): ids 0-255 are the UTF-
 job's byte chat format. A built-in shape trained without a tokenizer (random tokens) is exported
 without one.
 
+A LoRA run (`--lora-rank`) exports the merged weights there (W + alpha/r * B @ A, merged in fp32,
+then cast) and its adapters alone to `<run directory>/hf_adapter/` in PEFT's format.
+
 The directory is replaced as a whole and `COMPLETE` is written last (training/run/run_files.py
 `publish`), as checkpoints are: a directory without it is torn or being replaced.
 """
@@ -27,11 +30,13 @@ from training.config import TrainConfig
 from training.data.tokenize import (BYTES, BYTES_CHAT_TEMPLATE, BYTES_EOS_TEXT, encoder,
                                     hf_tokenizer)
 from training.step.engine import Engine
+from training.model import lora
 from training.model.loading import local_dir
 from training.model.model import is_builtin, tied_aliases
 from training.run.run_files import RunFiles
 
 EXPORT_DIR, MARKER = "hf_model", "COMPLETE"
+ADAPTER_DIR = "hf_adapter"  # LoRA runs: the adapters alone (training/model/lora.py)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 EOS = BYTES_EOS_TEXT
 
@@ -101,7 +106,11 @@ def export(engine: Engine, cfg: TrainConfig, files: RunFiles | None) -> str | No
         return None
     dtype = DTYPES[cfg.export_dtype]
     aliases = tied_aliases(engine.model)
-    state = {k.removeprefix("lm."): v.to(dtype) for k, v in full.items() if k not in aliases}
+    full = {k.removeprefix("lm."): v for k, v in full.items() if k not in aliases}
+    if engine.lora is not None:  # the adapters as PEFT writes them, and the merged model
+        _export_adapter(engine.lora, full, cfg, files)
+        full = lora.merged_state(full, engine.lora, dtype)  # merged in fp32, cast per tensor
+    state = {k: v.to(dtype) for k, v in full.items()}
     del full
     lm = engine.model.lm
     config = copy.deepcopy(lm.config)
@@ -115,3 +124,12 @@ def export(engine: Engine, cfg: TrainConfig, files: RunFiles | None) -> str | No
             tokenizer.save_pretrained(d)
         files.publish(d, EXPORT_DIR, MARKER)
     return files.uri(EXPORT_DIR)
+
+
+def _export_adapter(spec: lora.LoraSpec, full: dict, cfg: TrainConfig, files: RunFiles) -> None:
+    """`<run directory>/hf_adapter/`: the fp32 adapters in PEFT's format, for
+    `PeftModel.from_pretrained(<the base --model>, path)`; COMPLETE last, as the model's."""
+    with tempfile.TemporaryDirectory(prefix="export-adapter-") as d:
+        lora.write_adapter(d, lora.adapter_state(full, torch.float32), spec,
+                           None if is_builtin(cfg.model) else cfg.model)
+        files.publish(d, ADAPTER_DIR, MARKER)

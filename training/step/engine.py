@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 from transformers import PretrainedConfig
 
-from training.model import loading
+from training.model import lora, loading
 from training.config import TrainConfig
 from training.data.packing import Batch
 from training.model.loss import label_count
@@ -52,34 +54,55 @@ class Engine:
     mesh: DeviceMesh | None = None
     grad_norm: torch.Tensor | None = None  # of the last train_step
     load: dict = field(default_factory=dict)  # pretrained weights: seconds, host RSS per rank
+    lora: lora.LoraSpec | None = None  # None: full fine-tuning
+    trainable_params: int = 0  # what gets gradients and Adam state (LoRA: the adapters)
 
 
-def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device) -> Engine:
-    """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process group."""
+def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device,
+                 policy: MixedPrecisionPolicy | None = None) -> Engine:
+    """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process
+    group; `policy` overrides the device's mixed precision (bf16 on CPU, for tests)."""
     started = time.perf_counter()
+    spec = lora.LoraSpec.from_config(cfg)
+    # A frozen LoRA base needs no fp32 master copy: bf16 wherever compute is bf16.
+    base_dtype = torch.bfloat16 if spec and (device.type == "cuda" or policy) else torch.float32
     lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device,  # meta if pretrained
-                     attention=cfg.attention)
+                     attention=cfg.attention, dtype=base_dtype)
+    prepare = spec and functools.partial(lora.apply, spec=spec, base_dtype=base_dtype,
+                                         seed=cfg.seed)
+    if prepare:
+        prepare(lm)
     num_params = count_params(lm)
+    trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
     world = dist.get_world_size() if dist.is_initialized() else 1
     mesh, layout = build_mesh(cfg.hsdp_replicas, device)
     limit = memory_limit_bytes(cfg, device)  # also enforces --memory-budget-gib
     compiled = device.type == "cuda" if cfg.compile is None else cfg.compile
-    fp = Footprint(model_cfg, num_params, layout.shard_size, limit, compiled, world)
+    fp = Footprint(model_cfg, num_params, layout.shard_size, limit, compiled, world,
+                   trainable if spec else None, bool(spec and spec.dropout))
     plan = resolve_plan(cfg, fp, world, layout.shape, on_gpu=device.type == "cuda")
     model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens, compile_loss=plan.compile)
     shard_model(model, device, mesh=mesh, reshard_after_forward=plan.reshard_after_forward,
                 activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile,
                 reduce_dtype=plan.reduce_dtype, accum_dtype=plan.accum_dtype,
-                prefetch_layers=cfg.prefetch_layers)
-    load = {} if is_builtin(cfg.model) else loading.load_sharded(
-        model, loading.rank0_state(cfg.model, model_cfg, dist.get_rank()), device, started)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
+                prefetch_layers=cfg.prefetch_layers, policy=policy)
+    load = {} if is_builtin(cfg.model) else loading.load_sharded(model, loading.rank0_state(
+        cfg.model, model_cfg, dist.get_rank(), base_dtype, prepare), device, started)
+    optimizer = _adamw(cfg, [p for p in model.parameters() if p.requires_grad], device)
+    # Frozen weights get no weight gradient: 4 instead of 6 FLOPs a parameter and token.
+    fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size,
+                          cfg.seq_len) - 2.0 * (num_params - trainable)
+    return Engine(model, optimizer, device, num_params, fpt, plan, mesh, load=load, lora=spec,
+                  trainable_params=trainable)
+
+
+def _adamw(cfg: TrainConfig, params: list, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters only (fused on GPU), no decay on vectors."""
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    return torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
-    fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size, cfg.seq_len)
-    return Engine(model, optimizer, device, num_params, fpt, plan, mesh, load=load)
 
 
 def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_gpu: bool) -> Plan:

@@ -8,6 +8,9 @@ The estimate (bytes, per GPU) is what must fit on the device, not only torch's t
     `FSDPParam.to_accumulated_grad_if_needed` upcasts them to the policy's reduce dtype: 4
     bytes/param for fp32, 2 for bf16);
   - ZeRO-2 keeps the whole gathered bf16 model (2 bytes/param) between forward and backward;
+  - LoRA (`Footprint.trainable_params`): that state for the adapters only, 2 bytes a parameter
+    for the frozen bf16 base, no head gradient in the loss, and ZeRO-3's gathered root group and
+    two layers counted (`gathered_bytes`);
   - the fused loss's buffers (`training/model/loss.py`): one chunk's fp32 logits and their bf16
     gradient, the fp32 head-gradient accumulator and one chunk's term of it, the bf16 gradient
     of the hidden states it saves for backward;
@@ -59,6 +62,14 @@ class Footprint:
     limit_bytes: int | None  # None: CPU, no limit
     compiled: bool = False  # decoder layers compiled (fewer saved activations)
     world: int = 1  # ranks: NCCL's buffers only when there are peers
+    # LoRA (training/model/lora.py): the adapters' parameter count; None is full fine-tuning.
+    # The rest is a frozen bf16 base: 2 bytes a parameter, no gradient, no Adam state.
+    trainable_params: int | None = None
+    lora_dropout: bool = False  # each adapted layer keeps a dropped copy of its input and a mask
+
+    @property
+    def trainable(self) -> int:
+        return self.num_params if self.trainable_params is None else self.trainable_params
 
 
 # Bytes of saved activations per token per decoder layer, without checkpointing, in bf16:
@@ -68,25 +79,55 @@ def _activation_bytes_per_token_layer(model_cfg: PretrainedConfig) -> int:
     return 2 * (24 * model_cfg.hidden_size + 4 * model_cfg.intermediate_size)
 
 
-def activation_bytes(model_cfg: PretrainedConfig, tokens: int, checkpointing: bool) -> int:
+def _dropout_bytes_per_token_layer(model_cfg: PretrainedConfig) -> int:
+    """LoRA dropout: the inputs of the default targets (q, k, v, o, gate, up: hidden-sized; down:
+    intermediate-sized) each saved again, dropped (bf16), with their bool mask."""
+    return 3 * (6 * model_cfg.hidden_size + model_cfg.intermediate_size)
+
+
+def activation_bytes(model_cfg: PretrainedConfig, tokens: int, checkpointing: bool,
+                     lora_dropout: bool = False) -> int:
     """Saved activations of one micro-batch (eager); checkpointing keeps each layer's bf16 input
-    plus one layer's activations while it is recomputed."""
+    plus one layer's activations while it is recomputed. A frozen base saves what full
+    fine-tuning saves: the adapters' A save the inputs the base's weight gradients would."""
     per_layer = _activation_bytes_per_token_layer(model_cfg)
+    if lora_dropout:
+        per_layer += _dropout_bytes_per_token_layer(model_cfg)
     if checkpointing:
         return tokens * (model_cfg.num_hidden_layers * 2 * model_cfg.hidden_size + per_layer)
     return tokens * model_cfg.num_hidden_layers * per_layer
 
 
-def loss_bytes(model_cfg: PretrainedConfig, tokens: int, chunk_tokens: int) -> int:
+def loss_bytes(model_cfg: PretrainedConfig, tokens: int, chunk_tokens: int,
+               head_trainable: bool = True) -> int:
     """The LM head + cross-entropy's buffers at their peak (training/model/loss.py): fused, one chunk's
     fp32 logits (exponentiated in place) and bf16 gradient, the fp32 head-gradient accumulator
-    and the chunk's fp32 term, and the bf16 hidden-state gradient kept for backward; unfused
-    (`chunk_tokens` 0), the whole micro-batch's bf16 logits, their fp32 upcast and gradient."""
+    and the chunk's fp32 term (none for a frozen head), and the bf16 hidden-state gradient kept
+    for backward; unfused (`chunk_tokens` 0), the whole micro-batch's bf16 logits, their fp32
+    upcast and gradient."""
     vocab, hidden = model_cfg.vocab_size, model_cfg.hidden_size
     if not chunk_tokens:
         return tokens * vocab * (2 + 4 + 4)
     chunk = min(chunk_tokens, tokens)
-    return chunk * vocab * (4 + 2) + 2 * 4 * vocab * hidden + 2 * tokens * hidden
+    head_grad = 2 * 4 * vocab * hidden if head_trainable else 0
+    return chunk * vocab * (4 + 2) + head_grad + 2 * tokens * hidden
+
+
+def gathered_bytes(fp: Footprint, zero2: bool) -> int:
+    """FSDP2's unsharded bf16 weights: all of them under ZeRO-2; under ZeRO-3 with a frozen base
+    (LoRA), the root group (embeddings and LM head, gathered for the whole step) and two decoder
+    layers (the one computing and the one prefetched). Full fine-tuning's ZeRO-3 rows leave them
+    to STATIC_FACTOR, whose 5% on 16 bytes a parameter covers them in every recorded row
+    (counting them there too gives -2.7% .. +3.4% instead of -4.0% .. +3.4%, but moves plans
+    near a limit, so not without new measurements); a 2-byte frozen base leaves no such margin."""
+    if zero2:
+        return 2 * fp.num_params
+    if fp.trainable_params is None:
+        return 0
+    cfg = fp.model_cfg
+    embeddings = cfg.vocab_size * cfg.hidden_size * (1 if cfg.tie_word_embeddings else 2)
+    per_layer = (fp.num_params - embeddings) / cfg.num_hidden_layers
+    return int(2 * (embeddings + 2 * per_layer))
 
 
 @dataclass(frozen=True)
@@ -110,14 +151,16 @@ def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum:
                    reduce_dtype: str, checkpointing: bool, zero2: bool,
                    accum_dtype: str | None = None, loss_chunk_tokens: int = 2048) -> Parts:
     tokens = micro_batch * seq_len
-    state = 16 * fp.num_params / fp.shard_size
-    accumulated = (REDUCE_BYTES[accum_dtype or reduce_dtype] * fp.num_params
+    frozen = fp.num_params - fp.trainable
+    state = (16 * fp.trainable + 2 * frozen) / fp.shard_size
+    accumulated = (REDUCE_BYTES[accum_dtype or reduce_dtype] * fp.trainable
                    if grad_accum > 1 else 0)
-    gathered = 2 * fp.num_params if zero2 else 0
-    static = state + accumulated + gathered + loss_bytes(fp.model_cfg, tokens, loss_chunk_tokens)
+    loss = loss_bytes(fp.model_cfg, tokens, loss_chunk_tokens,
+                      head_trainable=fp.trainable_params is None)
+    static = state + accumulated + gathered_bytes(fp, zero2) + loss
     outside = (FIXED_GIB + (NCCL_GIB if fp.world > 1 else 0)) * GIB
-    return Parts(static, activation_bytes(fp.model_cfg, tokens, checkpointing), outside,
-                 fp.compiled, checkpointing)
+    activations = activation_bytes(fp.model_cfg, tokens, checkpointing, fp.lora_dropout)
+    return Parts(static, activations, outside, fp.compiled, checkpointing)
 
 
 def estimate_bytes(fp: Footprint, **shape) -> int:
@@ -208,7 +251,8 @@ def _from_inputs(inputs: dict) -> tuple[Footprint, dict]:
     from training.model.model import model_config
 
     fp = Footprint(model_config(inputs["model"], inputs["vocab_size"]), inputs["num_params"],
-                   inputs["shard_size"], None, inputs["compiled"], inputs["world"])
+                   inputs["shard_size"], None, inputs["compiled"], inputs["world"],
+                   inputs.get("trainable_params"), inputs.get("lora_dropout", False))
     shape = {k: inputs[k] for k in ("micro_batch", "seq_len", "grad_accum", "reduce_dtype",
                                      "accum_dtype", "checkpointing", "zero2", "loss_chunk_tokens")}
     return fp, shape

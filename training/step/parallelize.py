@@ -3,6 +3,15 @@
 The root group holds the embeddings, the final norm and the tied LM head: tied weights must stay in
 one group, and the root is gathered once per step anyway. Order follows torchtitan: activation
 checkpointing wraps the layers first, then FSDP shards them.
+
+LoRA adapters stay inside their decoder layer's group, beside the frozen base they adapt. FSDP2
+keeps gradients per parameter, so frozen weights in a group get no gradient buffer and no
+reduce-scatter (FSDP1's flat parameters are why torchtune once wrapped adapters apart; its FSDP2
+recipe, recipes/lora_finetune_distributed.py, shards per layer). Only the trainable parameters
+of a group must share one original dtype (`FSDPParamGroup._init_mp_dtypes`, read in 2.13
+and older copies): fp32 adapters beside a bf16 base are allowed, and with a bf16 `param_dtype` every
+all-gather input is bf16, so one all-gather (`_get_all_gather_input_metadatas`). A group without
+trainable parameters (the root under LoRA) has no reduce dtype (see `reduce_in`).
 """
 
 from __future__ import annotations

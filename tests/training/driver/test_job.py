@@ -147,6 +147,39 @@ def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_e
                                                       straight.eval_loss)
 
 
+def test_lora_learns_resumes_after_a_killed_worker_and_exports_adapter_and_merged_model(
+        tmp_path):
+    """`--lora-rank` end to end on Ray: adapter-only checkpoints, a worker killed right after
+    one, the resume, and both exports; the adapter on the rebuilt base merges (PEFT's own
+    merge_and_unload) to the merged export. Exactness of the resume: tests/training/model/."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    from training.model.model import build_model, model_config
+    from training.run import export
+
+    s = run(tmp_path, "--lora-rank", "8", "--lora-alpha", "16", "--data", "repeat", "--lr",
+            "2e-2", "--warmup-steps", "0", "--seq-len", "32", "--steps", "8",
+            "--checkpoint-every", "4", "--log-every", "1", "--export", "--max-failures", "1",
+            "--fault-at-step", "4")
+    assert s.steps == 8 and s.resumed_from_step == 4
+    assert s.last_loss < s.first_loss - 0.3, (s.first_loss, s.last_loss)
+    saved = dcp.FileSystemReader(s.checkpoint).read_metadata().state_dict_metadata
+    weights = [k for k in saved if k.startswith("model.")]
+    assert len(weights) == 28 and all(".lora_" in k for k in weights)  # 2 layers x 7 x (A, B)
+    run_dir = tmp_path / "runs/qwen-fsdp"
+    for name in (export.EXPORT_DIR, export.ADAPTER_DIR):
+        assert (run_dir / name / export.MARKER).exists()
+    base = build_model("tiny", model_config("tiny"), seed=0)  # the run's random-init base
+    merged = PeftModel.from_pretrained(base, run_dir / export.ADAPTER_DIR).merge_and_unload()
+    ours = load_file(run_dir / export.EXPORT_DIR / "model.safetensors")
+    theirs = {k: v.to(torch.bfloat16) for k, v in merged.state_dict().items()}
+    assert ours.keys() == theirs.keys() - {"lm_head.weight"}  # tied: stored once
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
 def test_worker_killed_during_an_asynchronous_upload_resumes_from_the_save_before(tmp_path):
     # The step-4 save is in flight when a rank dies: its directory is never marked COMPLETE nor
     # registered, so the retry resumes from step 2 (completed before step 4's save began).
@@ -196,6 +229,12 @@ def test_trains_exports_to_s3_and_the_next_run_continues_from_that_export(
     (["--storage-path", "/proc/forbidden/runs"], "not writable"),
     (["--data", "/no/such/file.jsonl", "--tokenizer", "x"], "no such file"),
     (["--model", "qwen2.5-1.5b", "--seq-len", "2048", "--micro-batch-size", "64",
+      "--memory-budget-gib", "22"], "GiB per GPU even with activation checkpointing"),
+    (["--lora-rank", "4", "--lora-target-modules", "q_proj,qkv"], "qkv.*linear layers: down_proj"),
+    (["--lora-rank", "4", "--lora-target-modules", "lm_head"], "only inside the decoder layers"),
+    (["--load-in-4bit"], "QLoRA .* not supported.*--lora-rank"),
+    # Full fine-tuning of 7B on 8 L4s cannot fit; its LoRA plan is checked and runs (planning).
+    (["--model", "qwen2.5-7b", "--seq-len", "2048", "--num-workers", "8",
       "--memory-budget-gib", "22"], "GiB per GPU even with activation checkpointing"),
 ])
 def test_bad_input_fails_before_ray_starts(tmp_path, no_ray, flags, message):

@@ -181,3 +181,57 @@ def test_a_plan_over_the_whole_gpu_even_at_the_frugal_end_is_refused_before_trai
         resolve_plan(cfg, fp, 8, "1x8", on_gpu=True)
     cfg, fp = _l4(8, micro_batch_size=2)
     assert resolve_plan(cfg, fp, 8, "1x8", on_gpu=True).micro_batch_size == 2  # fits: planned
+
+
+def test_lora_plans_7b_on_two_l4_nodes_where_full_fine_tuning_cannot_fit():
+    """The README's 7B recipe: 2 x g6.12xlarge, HSDP over the 4 L4s of a node, 16 sequences of
+    2,048 per GPU and step. Full fine-tuning needs 16 bytes a parameter over 4 GPUs (30 GB) and
+    is refused; LoRA's frozen bf16 base is 2, its adapters' fp32 state 16, and it fits."""
+    from training.model.lora import LoraSpec, count_on_meta
+
+    config = model_config("qwen2.5-7b")
+    cfg = TrainConfig(model="qwen2.5-7b", seq_len=2048, num_workers=8, lora_rank=16,
+                      lora_alpha=32, tokens_per_step=8 * 16 * 2048)
+    num_params, trainable = count_on_meta(config, LoraSpec.from_config(cfg))
+    assert 7.6e9 < num_params < 7.7e9 and 40e6 < trainable < 41e6  # 7.62B base, r=16 on all 7
+    full = Footprint(config, num_params, 4, 22 * GIB, compiled=True, world=8)
+    with pytest.raises(ConfigError, match="even with activation checkpointing"):
+        plan_batch(dataclasses.replace(cfg, lora_rank=0), full, world=8)
+    fp = dataclasses.replace(full, trainable_params=trainable)
+    plan = resolve_plan(cfg, fp, 8, "2x4", on_gpu=True)  # the README's numbers
+    micro, accum = plan.micro_batch_size, plan.grad_accum
+    assert (micro, accum, plan.activation_checkpointing, plan.reshard_after_forward) == \
+        (4, 4, True, True)
+    shape = dict(micro_batch=micro, seq_len=2048, grad_accum=accum, reduce_dtype="fp32",
+                 checkpointing=True, zero2=False)
+    assert 16.0 * GIB < estimate_bytes(fp, **shape) < 16.5 * GIB
+    lora, dense = estimate_parts(fp, **shape), estimate_parts(full, **shape)
+    # Sharded state: 16 bytes an adapter parameter, 2 a frozen one, over the 4 GPUs.
+    frozen = num_params - trainable
+    state = (16 * trainable + 2 * frozen) / 4
+    assert lora.static - state < dense.static - 16 * num_params / 4  # no head gradient
+    assert lora.static < 0.6 * 22 * GIB and lora.total <= HEADROOM * 22 * GIB
+
+
+def test_frozen_head_and_lora_dropout_change_the_estimate_where_they_cost():
+    from training.step.memory import activation_bytes, loss_bytes
+
+    config = model_config("qwen2.5-7b")
+    head = 2 * 4 * config.vocab_size * config.hidden_size  # two fp32 vocab x hidden buffers
+    assert loss_bytes(config, 2048, 2048) - loss_bytes(config, 2048, 2048, False) == head
+    plain = activation_bytes(config, 2048, checkpointing=False)
+    dropped = activation_bytes(config, 2048, checkpointing=False, lora_dropout=True)
+    # Each adapted layer's dropped input (bf16) and mask (bool), 28 layers.
+    per_token_layer = 3 * (6 * config.hidden_size + config.intermediate_size)
+    assert dropped - plain == 2048 * 28 * per_token_layer
+
+
+def test_lora_settings_are_validated_with_the_flag_and_the_fix():
+    bad = TrainConfig(lora_rank=-1, lora_alpha=0, lora_dropout=1.0,
+                      lora_target_modules="q_proj, v proj", load_in_4bit=True).problems()
+    assert any(p.startswith("--lora-rank must be 0 (full fine-tuning) or more") for p in bad)
+    assert any(p.startswith("--lora-alpha must be positive") for p in bad)
+    assert any(p.startswith("--lora-dropout must be at least 0 and below 1") for p in bad)
+    assert any(p.startswith("--lora-target-modules must be comma-separated") for p in bad)
+    assert any(p.startswith("--load-in-4bit: QLoRA") and "axolotl#2992" in p for p in bad)
+    assert TrainConfig(lora_rank=8, lora_dropout=0.05).problems() == []

@@ -1,0 +1,165 @@
+"""`python -m bench.lora`: LoRA against full fine-tuning on one GPU under a memory budget.
+
+Each run builds the job's engine on one rank (`build_engine`, as a worker does), trains `--steps`
+optimizer steps on the shipped instruction set (the job's own cache, packing and sampler; the
+`bytes` tokenizer, so nothing is downloaded, on the shape's own vocabulary, so memory is the real
+model's) and records tokens/s (the steps after the first, which carries compilation), the
+measured peak (bench/single.py `device_peak`, as bench/calibrate.py measures it) beside the
+planner's estimate for the plan the engine resolved, the first and last losses and whether every
+gradient norm was finite. Runs, in this order (the most wanted first, should time run out):
+  lora-large   --large-model (7B) with --lora-rank under --memory-budget-gib, at --large-seq-len
+  lora         --model with --lora-rank under --memory-budget-gib
+  full-budget  --model, full fine-tuning, under --memory-budget-gib: the planner's refusal is
+               the row (one GPU cannot hold 16 bytes a parameter under an L4's budget: 1.5B
+               needs 24.7 GB before activations)
+  full         the same on the whole GPU
+The built-in shapes are random-init: the losses compare how fast each setting fits the data
+from the same start, not what a pretrained model reaches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.calibrate import estimate_inputs
+from bench.single import device_peak, environment, one_rank, write_json
+from training.config import TrainConfig
+
+KIND = "lora"
+GIB = 2**30
+RUNS = ("lora-large", "lora", "full-budget", "full")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.lora", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="qwen2.5-1.5b", help="the shape trained both ways")
+    ap.add_argument("--large-model", default="qwen2.5-7b", help="the shape trained with LoRA only")
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--large-seq-len", type=int, default=512)
+    ap.add_argument("--sequences", type=int, default=8, help="sequences per optimizer step")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--lora-rank", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-4, help="full fine-tuning's peak")
+    ap.add_argument("--lora-lr", type=float, default=1e-3, help="LoRA's peak")
+    ap.add_argument("--memory-budget-gib", type=float, default=22.0)
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {RUNS}")
+    ap.add_argument("--json-out", type=Path, default=None)
+    return ap
+
+
+def run_config(args: argparse.Namespace, run: str) -> TrainConfig:
+    lora, large = run.startswith("lora"), run == "lora-large"
+    seq = args.large_seq_len if large else args.seq_len
+    return TrainConfig(
+        model=args.large_model if large else args.model, seq_len=seq, num_workers=1,
+        tokens_per_step=args.sequences * seq, steps=args.steps, warmup_steps=2,
+        lr=args.lora_lr if lora else args.lr, lora_rank=args.lora_rank if lora else 0,
+        lora_alpha=2.0 * args.lora_rank, tokenizer="bytes",
+        memory_budget_gib=None if run == "full" else args.memory_budget_gib).validated()
+
+
+def _samples(seq_len: int, directory: str):
+    """The shipped set, tokenized by the job's cache into `directory`."""
+    import pyarrow.fs as pafs
+
+    from training.data.cache import TokenCache
+    from training.data.packing import Samples
+    from training.data.source import Source
+    from training.data.synthetic import SHIPPED
+    from training.data.tokenize import ByteEncoder
+
+    fs = pafs.LocalFileSystem()
+    TokenCache(fs, directory, "completion").build(Source.open(str(SHIPPED)), ByteEncoder(),
+                                                  seq_len, "completion")
+    return Samples(fs, directory)
+
+
+def _train(engine, cfg: TrainConfig, samples) -> dict:
+    """The run's steps: losses, gradient norms finite, tokens/s after the first step."""
+    from training.step.engine import mean_across_ranks, train_step
+    from training.step.schedule import Schedule
+
+    plan, schedule = engine.plan, Schedule.from_config(cfg)
+    losses, finite, seen, started = [], True, 0, time.perf_counter()
+    for step in range(1, cfg.steps + 1):
+        micro = [samples.batch(seen, rank=0, world=1, micro=m, batch=plan.micro_batch_size)
+                 for m in range(plan.grad_accum)]
+        seen += plan.micro_batch_size * plan.grad_accum
+        losses.append(mean_across_ranks(train_step(engine, micro, schedule.lr(step),
+                                                   cfg.grad_clip)))  # syncs the device
+        finite = finite and math.isfinite(float(engine.grad_norm))
+        if step == 1:
+            started = time.perf_counter()
+    tokens = (cfg.steps - 1) * plan.micro_batch_size * plan.grad_accum * cfg.seq_len
+    return {"tokens_per_s": tokens / (time.perf_counter() - started), "losses": losses,
+            "first_loss": losses[0], "last_loss": sum(losses[-3:]) / len(losses[-3:]),
+            "grad_norms_finite": finite}
+
+
+def measure_run(cfg: TrainConfig, samples, device) -> dict:
+    """One run's row; an error (the planner's refusal, an OOM) is the row's `error_text`."""
+    import torch
+
+    from training.model.model import model_config
+    from training.step.engine import build_engine
+    from training.step.memory import estimate_from
+
+    row: dict = {"model": cfg.model, "lora_rank": cfg.lora_rank, "lr": cfg.lr,
+                 "memory_budget_gib": cfg.memory_budget_gib, "seq_len": cfg.seq_len,
+                 "tokens_per_step": cfg.tokens_per_step}
+    try:
+        if device.type == "cuda":
+            if cfg.memory_budget_gib is None:  # an earlier run's budget stays in the allocator
+                torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        engine = build_engine(cfg, model_config(cfg.model), device)
+        row.update(_train(engine, cfg, samples))
+        inputs = {**estimate_inputs(engine, cfg), "lora_dropout": cfg.lora_dropout > 0,
+                  "trainable_params": engine.trainable_params if engine.lora else None}
+        row.update(plan=dataclasses.asdict(engine.plan), num_params=engine.num_params,
+                   trainable_params=engine.trainable_params, inputs=inputs,
+                   estimated_peak_gib=estimate_from(inputs) / GIB, **device_peak(device))
+        if row.get("peak_gib"):
+            row["estimate_error"] = row["estimated_peak_gib"] / row["peak_gib"] - 1
+        del engine
+    except Exception as e:  # a refusal or an OOM is a result row, not a lost run
+        row["error_text"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
+    gc.collect()
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training.driver import quiet
+
+    quiet.install()
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    runs = [r for r in args.runs.split(",") if r]
+    if not runs or not set(runs) <= set(RUNS):
+        print(f"error: --runs takes {', '.join(RUNS)}", file=sys.stderr)
+        return 2
+    with one_rank() as device, tempfile.TemporaryDirectory(prefix="bench-lora-") as d:
+        result = {"kind": KIND, "env": environment(device, argv, "bench.lora"), "rows": [],
+                  "settings": {k: v for k, v in vars(args).items() if k != "json_out"}}
+        data = {seq: _samples(seq, f"{d}/seq{seq}") for seq in {args.seq_len, args.large_seq_len}}
+        for run in runs:
+            cfg = run_config(args, run)
+            row = {"run": run, **measure_run(cfg, data[cfg.seq_len], device)}
+            result["rows"].append(row)
+            shown = ("run", "model", "tokens_per_s", "peak_gib", "estimated_peak_gib",
+                     "first_loss", "last_loss", "error_text")
+            print({k: row.get(k) for k in shown}, flush=True)
+            write_json(result, args.json_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
