@@ -45,6 +45,8 @@ def train_func(loop_config: dict) -> None:
     state, schedule, notes = start_state(cfg, saved, data.fingerprint if data else cfg.data)
     for note in notes if rank == 0 else ():
         print(f"WARNING: {note}", flush=True)
+    if rank == 0 and saved:
+        print(f"resuming from the checkpoint of step {saved.step}", flush=True)
     if rank == 0 and engine.load:
         print(f"load: {engine.load['load_s']:.1f} s, peak host RSS per rank (GiB) "
               f"{engine.load['load_host_rss_gib']}", flush=True)
