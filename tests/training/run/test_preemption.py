@@ -33,7 +33,8 @@ from training.run.checkpoint import MARKER, dir_name
 
 RAY = str(Path(sys.executable).parent / "ray")
 TAG = "EKS_RAY_TRAIN_TEST_CLUSTER"  # in every process of the cluster: how teardown finds them
-DRAIN_S = 25  # > RESTART_MARGIN_S + a notice + a tiny save, on two busy cores
+NOTICE_S = 25  # the first drain's deadline: > RESTART_MARGIN_S + a notice + a tiny save
+SIGTERM_DRAIN_S = 15  # the second's (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S): its save stalls
 JOB = ["--model", "tiny", "--num-workers", "2", "--no-use-gpu", "--steps", "10",
        "--checkpoint-every", "2", "--log-every", "1", "--seq-len", "32", "--max-failures", "0"]
 
@@ -68,7 +69,7 @@ class Cluster:
         """A worker node with room for the run's two workers."""
         return self._start(["--address", self.address, "--num-cpus", "2"],
                            f"node{len(self.procs)}",
-                           {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(DRAIN_S)})
+                           {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(SIGTERM_DRAIN_S)})
 
     def drain(self, node_id: str, deadline_s: int) -> None:
         subprocess.run([RAY, "drain-node", "--address", self.address, "--node-id", node_id,
@@ -76,29 +77,36 @@ class Cluster:
                         "spot reclaim (test)", "--deadline-remaining-seconds", str(deadline_s)],
                        env=self.env, check=True, capture_output=True, timeout=120)
 
-    def job(self, storage: Path, name: str, *flags: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-m", "training", "--address", self.address, "--storage-path",
-             str(storage), "--name", name, *JOB, *flags], cwd=REPO, env=self.env,
+    def job(self, storage: Path, name: str, *flags: str, here: bool = True) -> subprocess.Popen:
+        """`python -m training` on this cluster, or (`here` False) on a local Ray of its own."""
+        where = ["--address", self.address] if here else []
+        job = subprocess.Popen(
+            [sys.executable, "-m", "training", *where, "--storage-path", str(storage), "--name",
+             name, *JOB, *flags], cwd=REPO, env=self.env if here else
+            {k: v for k, v in self.env.items() if k not in CLUSTER_ONLY},
             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.procs.append(job)
+        return job
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL, to each process group started here, then to any process left
-        that carries this cluster's tag (Ray's workers run in sessions of their own)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for proc in self.procs:
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.time() + 15
-            while time.time() < deadline and any(p.poll() is None for p in self.procs):
-                time.sleep(0.5)
+        """SIGKILL to each process group started here, then to any process left that carries
+        this cluster's tag (Ray's workers run in sessions of their own)."""
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
         for pid in _tagged(str(self.root)):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+# What a run on a local Ray of its own must not see (its processes carry the tag all the same).
+CLUSTER_ONLY = ("RAY_ADDRESS", "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S",
+                "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S")
 
 
 def _tagged(value: str) -> list[int]:
@@ -160,7 +168,7 @@ def losses(run_dir: Path) -> dict[int, str]:
 def test_a_run_preempted_twice_saves_resumes_and_ends_as_an_uninterrupted_one(cluster,
                                                                             tmp_path):
     storage = tmp_path / "runs"
-    straight, _ = finish(cluster.job(storage, "straight"))
+    straight = cluster.job(storage, "straight", here=False)  # the reference, at the same time
     job = cluster.job(storage, "spot", "--hold-at-step", "3", "--stall-upload-at-step", "6")
     run = storage / "spot"
     held = wait_for(run / "test-hooks/held-at-step-3", job).read_text().strip()
@@ -168,13 +176,14 @@ def test_a_run_preempted_twice_saves_resumes_and_ends_as_an_uninterrupted_one(cl
     # next save begins: a kill now would resume from step 2.
     wait_for(run / dir_name(2) / MARKER, job, timeout_s=60)
     cluster.add_node()  # the replacement for the node about to go
-    cluster.drain(held, DRAIN_S)
+    cluster.drain(held, NOTICE_S)
     # The second attempt runs on the replacement; its step-6 upload never finishes.
     wait_for(run / "test-hooks/stalled-upload-6", job)
     node = cluster.procs[-1]
     cluster.add_node()
     node.send_signal(signal.SIGTERM)  # what the kubelet sends to PID 1 of an evicted pod
     s, out = finish(job)
+    straight, _ = finish(straight)
 
     # Saved at the step it was held at, and resumed from it; then past the stalled save to the
     # newest complete checkpoint.
