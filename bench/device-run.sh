@@ -14,13 +14,16 @@
 #            (bench.checkpoints), and the reference with and without FSDP1's no_sync() at
 #            world size 1
 #   fine-tune one GPU, about 5 minutes: the document-mask variants; loading both ways
+#   preempt  one GPU, about 2 minutes: a preemption's checkpoint, one rank's shards of the 1.5B
+#            run on 8 workers written (local disk and /dev/shm) and copied to local storage
+#            (bench.emergency_save; the S3 upload itself: the same command from a GPU pod)
 # Afterwards, here: copy $OUT's JSON into bench/runs/<date>/ and run `python -m bench.results`
 # (RESULTS.md) and `python -m bench.calibrate --fit bench/runs/<date>/calibration.json`.
 # MODEL/SEQ/WORKERS override the shape for a CPU rehearsal of the flags (tests/bench/test_runbook.py
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|preempt}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -93,6 +96,11 @@ fine-tune)  # one GPU: packed rows with a document mask vs causal (issue 19); lo
     --json-out "$OUT/docmask.json" 2>&1 | tee "$OUT/fine-tune.log"
   timeout 150 python3 -m bench.loading --shape "$MODEL" --runs cuda:1,cpu:4 \
     --out "$OUT/loading.json" 2>&1 | tee -a "$OUT/fine-tune.log"
+  ;;
+preempt)  # one GPU: how long one rank's preemption checkpoint takes (issue 29)
+  timeout 200 python3 -m bench.emergency_save --model "$MODEL" --world 8 --repeats 2 \
+    --storage-path /tmp/emergency-save-storage --json-out "$OUT/emergency-save.json" \
+    2>&1 | tee "$OUT/preempt.log"
   ;;
 *) echo "unknown part $PART" >&2; exit 2 ;;
 esac
