@@ -48,7 +48,9 @@ class NodeGroupSpec:
     spot: bool = False  # bought as Spot Instances (their own quota and price)
     reservation: Reservation | None = None  # the reservation or Capacity Block it launches into
     capacity_block: bool = False
-    capacity_type: str | None = None  # None: EKS's default (On-Demand)
+    # None: EKS's default (On-Demand). A change replaces the group (capacity_type is ForceNew in
+    # terraform-provider-aws internal/service/eks/node_group.go).
+    capacity_type: str | None = None
 
     def name(self, cluster: str) -> str:
         return f"{cluster}-{self.key}"

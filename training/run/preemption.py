@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import ray
 import ray.train
@@ -103,7 +104,7 @@ class Preemptions:
         return Notice(tuple(info.preempted_node_ids),
                       info.deadline_ms / 1000 if info.deadline_ms else None)
 
-    def save(self, notice: Notice, save_now, step: int) -> None:
+    def save(self, notice: Notice, save_now: Callable[[], None], step: int) -> None:
         """Collective: `save_now()` (the synchronous checkpoint of `step`), then the drain's
         deadline brought to now, so Ray Train restarts the group from it at once."""
         self.handled = True
