@@ -116,9 +116,9 @@ def build_cluster_spec(cfg: StackConfig) -> dict:
     head["ports"] = [{"containerPort": 6379, "name": "gcs"},
                      {"containerPort": 8265, "name": "dashboard"},
                      {"containerPort": 10001, "name": "client"}]
+    drain = {"name": "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "value": str(DRAIN_S)}
     worker = _container(cfg, "ray-worker", worker_resources(cfg),
-                        [*nccl_env(cfg), *_pod_env(cfg), {
-                            "name": "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "value": str(DRAIN_S)}])
+                        [*nccl_env(cfg), *_pod_env(cfg), drain])
     del worker["lifecycle"]  # SIGTERM drains the node (above); a preStop `ray stop` would not
     worker_pod = _pod(worker, dict(cfg.gpu_node_selector), worker_shm, [GPU_TOLERATION])
     worker_pod["spec"]["terminationGracePeriodSeconds"] = GRACE_S

@@ -26,7 +26,8 @@ def test_a_gpu_pod_drains_longer_than_the_job_needs_and_goes_within_the_notice(c
     assert drain < pod["terminationGracePeriodSeconds"] < SPOT_NOTICE_S
     assert "lifecycle" not in worker  # a preStop runs before SIGTERM: no `ray stop` first
     head = spec["headGroupSpec"]["template"]["spec"]
-    assert head["nodeSelector"] == {"role": "system"} and "terminationGracePeriodSeconds" not in head
+    assert head["nodeSelector"] == {"role": "system"}
+    assert "terminationGracePeriodSeconds" not in head
 
 
 def test_the_watch_names_the_spot_quota_and_capacity_type():
