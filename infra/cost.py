@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import date
 
 from infra.node_groups import NodeGroupSpec, node_groups
-from stack.catalog import KUBERNETES_RELEASES, region_prices
+from stack.catalog import KUBERNETES_RELEASES, SPOT_ESTIMATE, region_prices
 from stack.config import StackConfig
 
 
@@ -36,13 +36,17 @@ def hourly_cost(cfg: StackConfig, today: date) -> dict:
     fixed node groups) and while a run of `gpuNodeCount` GPU nodes is going (the autoscaled
     groups), with the breakdown. An existing cluster's own costs are not this stack's; the
     nodes its autoscaler adds for this stack's run are. `isEstimate`: the Region has no prices of
-    its own in the table."""
+    its own in the table, or a group is spot (priced at its ceiling, `source` says so)."""
     price, estimate, source = region_prices(cfg.region)
     own = 1 if cfg.existing_cluster_name is None else 0
     idle, run = {}, {}
     for group in node_groups(cfg):
         nodes = group.nodes if group.autoscaled or own else 0
         (run if group.autoscaled else idle).update(group_cost(group, nodes, price))
+        if group.spot and nodes:
+            estimate = True
+            source += "; " + SPOT_ESTIMATE.format(instance_type=group.instance_type,
+                                                  region=cfg.region)
     idle.update({
         "eksControlPlane": (control_plane_price(price, cfg.kubernetes_version, today)
                             if own else 0.0),

@@ -56,10 +56,13 @@ class NodeGroupSpec:
     autoscaled: bool
     # EFA interfaces on every network card, in a cluster placement group unless reserved.
     efa: bool = False
-    on_demand_quota: bool = True  # its nodes launch against an On-Demand vCPU quota
+    on_demand_quota: bool = True  # its nodes launch against a vCPU quota (On-Demand's or Spot's)
+    spot: bool = False  # bought as Spot Instances (their own quota and price)
     reservation: Reservation | None = None  # the reservation or Capacity Block it launches into
     capacity_block: bool = False
-    capacity_type: str | None = None  # None: EKS's default (On-Demand)
+    # None: EKS's default (On-Demand). A change replaces the group (capacity_type is ForceNew in
+    # terraform-provider-aws internal/service/eks/node_group.go).
+    capacity_type: str | None = None
 
     def name(self, cluster: str) -> str:
         return f"{cluster}-{self.key}"
@@ -118,8 +121,9 @@ class NodeGroupSpec:
 def node_groups(cfg: StackConfig) -> tuple[NodeGroupSpec, ...]:
     """The system group (KubeRay operator, Ray head, CoreDNS: fixed size, both zones) and the EFA
     GPU group (the run's workers: tainted, one zone, scaled from zero by cluster-autoscaler up to
-    `gpuNodeCount`). GPU nodes count against the On-Demand quota only when a run is deployed
-    and they launch on demand, not into a reservation (infra/quota.py)."""
+    `gpuNodeCount`; on-demand or, with gpuCapacityType spot, Spot Instances: the system group,
+    where the Ray head runs, stays on-demand). GPU nodes count against a vCPU quota only when a
+    run is deployed and they do not launch into a reservation (infra/quota.py)."""
     system = NodeGroupSpec(
         key="system", count_key="systemNodeCount", instance_type=cfg.system_instance_type,
         facts=cfg.system, nodes=cfg.system_node_count, ami_type="AL2023_x86_64_STANDARD",
@@ -131,7 +135,9 @@ def node_groups(cfg: StackConfig) -> tuple[NodeGroupSpec, ...]:
         root=gpu_root(cfg.root_volume_gib), zones=1, autoscaled=True, efa=True,
         on_demand_quota=bool(cfg.run_job and cfg.gpu_node_count and not cfg.reserved),
         reservation=cfg.reserved, capacity_block=cfg.capacity_block is not None,
-        capacity_type="CAPACITY_BLOCK" if cfg.capacity_block else "ON_DEMAND")
+        spot=cfg.spot,
+        capacity_type="CAPACITY_BLOCK" if cfg.capacity_block else "SPOT" if cfg.spot else
+        "ON_DEMAND")
     return system, gpu
 
 

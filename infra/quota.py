@@ -1,8 +1,9 @@
-"""The account's On-Demand vCPU quotas against what the stack's nodes need, read at `pulumi up`
-before any resource exists: a run whose GPU nodes cannot all launch would bill the ones that did
-while it waits for the rest.
+"""The account's On-Demand (and, with gpuCapacityType spot, Spot) vCPU quotas against what the
+stack's nodes need, read at `pulumi up` before any resource exists: a run whose GPU nodes cannot
+all launch would bill the ones that did while it waits for the rest.
 
-- Need: each node group's nodes x their vCPUs, per quota (stack/catalog.py ON_DEMAND_QUOTAS). A
+- Need: each node group's nodes x their vCPUs, per quota (stack/catalog.py ON_DEMAND_QUOTAS, and
+  SPOT_QUOTAS for a spot group: "All G and VT Spot Instance Requests" counts vCPUs too). A
   managed node group update first launches, per zone, up to two extra nodes (EKS user guide,
   managed-node-update-behavior, "Scale up phase": the larger of twice the zones and
   maxUnavailable, 1 by default): with a run going, the one-zone GPU group needs 2 more nodes, the
@@ -56,7 +57,7 @@ def quota_needs(cfg: StackConfig) -> list[QuotaNeed]:
         return []
     needs: dict[str, QuotaNeed] = {}
     for group in node_groups(cfg):
-        quota = catalog.on_demand_quota(group.instance_type)
+        quota = catalog.vcpu_quota(group.instance_type, "spot" if group.spot else "on-demand")
         if not group.on_demand_quota or quota is None:
             continue
         vcpus = group.facts.vcpus
@@ -121,5 +122,5 @@ def check_quotas(cfg: StackConfig) -> None:
         if warning:
             pulumi.log.warn(warning)
     if errors:
-        raise QuotaError("On-Demand vCPU quota too small (nothing was created):\n"
+        raise QuotaError("vCPU quota too small (nothing was created):\n"
                          + "\n".join(f"  - {e}" for e in errors))

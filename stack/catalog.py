@@ -114,9 +114,36 @@ ON_DEMAND_QUOTAS: dict[str, ServiceQuota] = {
 }
 
 
+# Spot: one quota per group of families for all Spot Instance requests, in vCPUs (Service Quotas,
+# ec2; L-3819A6DF as the design notes of 2026-12-01 record it). Other families are not listed.
+SPOT_QUOTAS: dict[str, ServiceQuota] = {
+    family: ServiceQuota("L-3819A6DF", "All G and VT Spot Instance Requests")
+    for family in ("g", "vt")}
+CAPACITY_TYPES = ("on-demand", "spot")  # the stack key gpuCapacityType
+QUOTAS = {"on-demand": ON_DEMAND_QUOTAS, "spot": SPOT_QUOTAS}
+
+
 def on_demand_quota(instance_type: str) -> ServiceQuota | None:
     """The quota an instance type's On-Demand vCPUs count against; None for a family not listed."""
-    return ON_DEMAND_QUOTAS.get(re.match(r"[a-z]*", instance_type)[0])
+    return vcpu_quota(instance_type, "on-demand")
+
+
+def vcpu_quota(instance_type: str, capacity_type: str) -> ServiceQuota | None:
+    """The quota an instance type's vCPUs count against when bought as `capacity_type`
+    (CAPACITY_TYPES); None for a family not listed."""
+    return QUOTAS[capacity_type].get(re.match(r"[a-z]*", instance_type)[0])
+
+
+# No Spot price was read for this table: EC2 sets it per zone and changes it over time. What the
+# cost outputs give for spot GPU nodes is its ceiling, labelled an estimate: a launch without a
+# maximum price (EKS managed node groups set none) pays "the current Spot price" (EC2 API,
+# LaunchTemplateSpotMarketOptions.MaxPrice), capped by default at the On-Demand price (AWS Batch
+# documents the same default, ComputeResource.bidPercentage: "the default value is 100% of the
+# On-Demand price"), so a spot node bills at most the on-demand price here, usually less.
+SPOT_ESTIMATE = ("estimate: spot GPU nodes at their ceiling, the on-demand price (spot's default "
+                 "maximum price); they usually bill less: aws ec2 describe-spot-price-history "
+                 "--instance-types {instance_type} --product-descriptions Linux/UNIX "
+                 "--start-time $(date -u +%FT%T) --region {region}")
 
 
 # The Amazon EKS add-on image registries, one account per Region (EKS user guide,

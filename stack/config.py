@@ -107,6 +107,7 @@ class StackConfig:
     gpu_instance_type: str
     gpu_node_count: int
     gpu_availability_zone: str | None
+    gpu_capacity_type: str  # stack.catalog.CAPACITY_TYPES: what the GPU nodes are bought as
     capacity_reservation: Reservation | None
     capacity_block: Reservation | None
     image: str
@@ -160,6 +161,10 @@ class StackConfig:
         return self.ecr_pull_through_cache and self.existing_cluster_name is None
 
     @property
+    def spot(self) -> bool:
+        return self.gpu_capacity_type == "spot"
+
+    @property
     def reserved(self) -> Reservation | None:
         """The reservation the GPU nodes launch into, of either kind."""
         return self.capacity_reservation or self.capacity_block
@@ -193,6 +198,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "gpuInstanceType": (_str, "gpu_instance_type"),
     "gpuNodeCount": (_int, "gpu_node_count"),
     "gpuAvailabilityZone": (_str, "gpu_availability_zone"),
+    "gpuCapacityType": (_str, "gpu_capacity_type"),
     "capacityReservation": (_json, "capacity_reservation"),
     "capacityBlock": (_json, "capacity_block"),
     "image": (_str, "image"),

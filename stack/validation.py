@@ -13,6 +13,7 @@ from stack import catalog
 from stack.kube import (EKS_NAME_MAX, GPU_SELECTOR, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
                         RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
 from stack.tracking import tracking_problems
+from training.config import TrainConfig, closest
 
 if TYPE_CHECKING:
     from stack.config import StackConfig
@@ -33,7 +34,7 @@ _K8S_VERSION = re.compile(r"^1\.\d{2}$")
 def validate(cfg: StackConfig) -> list[str]:
     """Semantic problems: ranges, names, CIDRs, zones, instance facts, reservations."""
     return [*region_and_names(cfg), *network(cfg), *node_groups(cfg), *reservations(cfg),
-            *job(cfg), *access(cfg), *existing_cluster(cfg)]
+            *capacity_type(cfg), *job(cfg), *access(cfg), *existing_cluster(cfg)]
 
 
 def region_and_names(cfg: StackConfig) -> list[str]:
@@ -134,6 +135,19 @@ def reservations(cfg: StackConfig) -> list[str]:
             p.append(f"gpuNodeCount: {cfg.gpu_node_count} nodes do not fit {key} {res.id} of "
                      f"{res.instance_count} instances; lower gpuNodeCount or grow the reservation")
     return p
+
+
+def capacity_type(cfg: StackConfig) -> list[str]:
+    """On-demand or spot GPU nodes; reserved capacity is neither's to choose."""
+    if cfg.gpu_capacity_type not in catalog.CAPACITY_TYPES:
+        return [f"gpuCapacityType: unknown {cfg.gpu_capacity_type!r}"
+                f"{closest(cfg.gpu_capacity_type, list(catalog.CAPACITY_TYPES))}; use one of "
+                f"{', '.join(catalog.CAPACITY_TYPES)}"]
+    if cfg.spot and cfg.reserved:
+        key = "capacityReservation" if cfg.capacity_reservation else "capacityBlock"
+        return [f"gpuCapacityType: spot nodes cannot launch into the {key} (it holds on-demand "
+                f"capacity of its own); remove {key} or set gpuCapacityType on-demand"]
+    return []
 
 
 def job(cfg: StackConfig) -> list[str]:

@@ -85,6 +85,10 @@ class TrainConfig:
                                    "copy of this worker's shards)"})
     max_failures: int = field(default=0, metadata={"help": "worker failures to recover from by "
                               "restarting from the latest checkpoint"})
+    max_preemptions: int = field(default=-1, metadata={"help": "node preemptions (a spot "
+                                 "reclaim, a drained node, an evicted pod) to recover from, "
+                                 "apart from --max-failures: each saves a checkpoint at the "
+                                 "step it interrupts and resumes from it; -1: any number"})
     address: str | None = field(default=None, metadata={"help": "Ray address (`auto` on the "
                                 "cluster); default starts a local Ray"})
     log_every: int = field(default=5, metadata={"help": "progress line every N steps"})
@@ -169,6 +173,12 @@ class TrainConfig:
                                               "checkpoint is in flight", "hidden": True})
     nan_at_step: int | None = field(default=None, metadata={"help": "test hook: a weight turns "
                                     "NaN at this step of a fresh run", "hidden": True})
+    hold_at_step: int | None = field(default=None, metadata={"help": "test hook: once per run, "
+                                     "training waits at this step for a preemption, saves, and "
+                                     "waits for Ray Train to stop it", "hidden": True})
+    stall_upload_at_step: int | None = field(default=None, metadata={"help": "test hook: once "
+                                             "per run, rank 0's asynchronous upload of this "
+                                             "step's checkpoint never ends", "hidden": True})
 
     @property
     def tokens_per_step_per_worker(self) -> int:
@@ -186,6 +196,9 @@ class TrainConfig:
                      "prefetch_layers"):
             if getattr(self, name) < 0:
                 out.append(f"--{flag_name(name)} must be 0 or more (got {getattr(self, name)})")
+        if self.max_preemptions < -1:
+            out.append(f"--max-preemptions must be -1 (any number) or more (got "
+                       f"{self.max_preemptions})")
         if not self.lr > 0:
             out.append(f"--lr must be positive (got {self.lr})")
         if self.memory_budget_gib is not None and self.memory_budget_gib <= 0:
@@ -292,6 +305,12 @@ def flag_name(name: str) -> str:
 # workloads/raycluster.py) from the file this variable names; it counts its time to first step
 # from there, so node boot and image pull are included.
 RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
+
+# On a preemption the job moves the drain's deadline this much earlier (training/run/preemption.py:
+# Ray Train's watcher polls every 5 s, its controller every 2 s), so Ray Train restarts the workers
+# before their node's processes are killed; the GPU pods' drain (workloads/raycluster.py) leaves
+# the emergency checkpoint what remains.
+RESTART_MARGIN_S = 10.0
 
 
 def setting_key(name: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from stack.config import StackConfig
 from stack.kube import GPU_TOLERATION, HF_TOKEN_SECRET, MLFLOW_SECRET, SERVICE_ACCOUNT
-from training.config import RUN_STARTED_ENV
+from training.config import RESTART_MARGIN_S, RUN_STARTED_ENV
 
 # Head pod: fits beside the KubeRay operator (100m/512Mi) and the node's DaemonSets on an
 # m7i.xlarge (4 vCPU, 16 GiB, ~3.9 CPU / ~14.5 GiB allocatable).
@@ -21,6 +21,21 @@ NCCL_NET_EFA = "Libfabric"
 # to first step includes node boot and image pull. In the ray-logs volume: the first start of the
 # pod counts, not a container restart.
 RUN_STARTED_FILE = "/tmp/ray/run-started-at"
+# A GPU pod's eviction (a spot reclaim: EKS drains the node on the two-minute notice; a node
+# drain; a scale-down): the kubelet sends SIGTERM to `ray start --block`, PID 1 of the container
+# (KubeRay runs `bash -c "...; ray start ... --block"`, and bash execs its last command:
+# ray-project/ray#64454), which drains its Ray node for RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S and
+# then stops the node's processes (ray/_private/node.py, _drain_node_before_shutdown). The job
+# moves that deadline RESTART_MARGIN_S earlier, saves the step it is on within what is left, and
+# hands the workers back to Ray Train, which restarts them from it (training/run/preemption.py).
+# No preStop hook on these pods: Kubernetes runs it before SIGTERM, and a `ray stop` there stopped
+# the raylet before any drain. KubeRay sets no grace period of its own (kuberay#5004). Budgets,
+# not measurements (bench/emergency_save.py measures the save):
+NOTICE_S = 20  # Ray Train's watcher polls every 5 s; the step in progress ends
+EMERGENCY_SAVE_S = 60  # the save in flight finished, then one synchronous save of every shard
+DRAIN_S = int(RESTART_MARGIN_S) + NOTICE_S + EMERGENCY_SAVE_S
+TEARDOWN_S = 15  # after the deadline: Ray Train stops the workers, the node's processes exit
+GRACE_S = DRAIN_S + TEARDOWN_S  # within EC2's two-minute spot interruption notice
 
 
 def worker_resources(cfg: StackConfig) -> dict:
@@ -107,8 +122,12 @@ def build_cluster_spec(cfg: StackConfig) -> dict:
     head["ports"] = [{"containerPort": 6379, "name": "gcs"},
                      {"containerPort": 8265, "name": "dashboard"},
                      {"containerPort": 10001, "name": "client"}]
+    drain = {"name": "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "value": str(DRAIN_S)}
     worker = _container(cfg, "ray-worker", worker_resources(cfg),
-                        [*nccl_env(cfg), *_pod_env(cfg)])
+                        [*nccl_env(cfg), *_pod_env(cfg), drain])
+    del worker["lifecycle"]  # SIGTERM drains the node (above); a preStop `ray stop` would not
+    worker_pod = _pod(worker, dict(cfg.gpu_node_selector), worker_shm, [GPU_TOLERATION])
+    worker_pod["spec"]["terminationGracePeriodSeconds"] = GRACE_S
     return {
         "rayVersion": cfg.ray_version,
         "headGroupSpec": {
@@ -123,6 +142,6 @@ def build_cluster_spec(cfg: StackConfig) -> dict:
             "minReplicas": cfg.gpu_node_count,
             "maxReplicas": cfg.gpu_node_count,
             "rayStartParams": {"num-gpus": str(facts.gpus)},
-            "template": _pod(worker, dict(cfg.gpu_node_selector), worker_shm, [GPU_TOLERATION]),
+            "template": worker_pod,
         }],
     }

@@ -238,7 +238,9 @@ def _fit(inputs: WorkerInputs, storage: Storage, use_gpu: bool):
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
         run_config=RunConfig(name=cfg.name, storage_path=storage.path,
                              storage_filesystem=storage.filesystem,
-                             failure_config=FailureConfig(max_failures=cfg.max_failures),
+                             failure_config=FailureConfig(
+                                 max_failures=cfg.max_failures,
+                                 max_preemption_failures=cfg.max_preemptions),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
                              # --model s3://...: workers read it as the driver does
                              worker_runtime_env={"env_vars": s3_env()} if s3_env() else None,

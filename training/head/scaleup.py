@@ -28,6 +28,12 @@ placeholder-cannot-be-fulfilled; source errors: ..." and `ScaleUpTimedOut` (1.35
 clusterstate/utils/status.go LogEventRecorder), so they live in kube-system; the same failure is
 the group's `backoffInfo`, which one `get` of the ConfigMap reads without listing kube-system's
 events.
+
+The watch goes on after every worker has a node: a worker pod that is Pending again mid-run (its
+spot node reclaimed, a node lost) is diagnosed the same way, and a definite cause (no spot
+capacity left for the type in the zone, the Spot quota) ends the run with it; the run resumes
+from its last checkpoint when started again. The fixes name the GPU nodes' capacity type and
+quota (`Market`), which the head pod's environment carries from stack/catalog.py.
 """
 
 from __future__ import annotations
@@ -55,9 +61,33 @@ CAUSE_ANNOTATION = "eks-ray-train/scale-up-failure"
 TRANSIENT = ("max node group size reached", "max total nodes in cluster reached",
              "not ready for scale-up", "atomic scale-up exceeds cluster node count limit")
 BACKOFF = "in backoff after failed scale-up"
-QUOTA_FIX = ("request more vCPUs for the instance family in Service Quotas (EC2, e.g. 'Running "
-             "On-Demand G and VT instances', L-DB2E81BA: gpuNodeCount x the instance's vCPUs)")
-CAPACITY_FIX = ("set gpuAvailabilityZone to another zone that offers the type, use a "
+# What the head pod's environment says of the GPU nodes (workloads/scaleup_watch.py).
+CAPACITY_TYPE_ENV, QUOTA_ENV = "GPU_CAPACITY_TYPE", "GPU_VCPU_QUOTA"
+
+
+@dataclass(frozen=True)
+class Market:
+    """How the GPU nodes are bought: `on-demand` or `spot`, and the vCPU quota (name and code)
+    their launches count against; the fixes of a failed launch follow from it."""
+
+    capacity_type: str = "on-demand"
+    quota: str = "Running On-Demand G and VT instances, L-DB2E81BA"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "Market":
+        return cls(env.get(CAPACITY_TYPE_ENV) or cls.capacity_type,
+                   env.get(QUOTA_ENV) or cls.quota)
+
+    def quota_fix(self) -> str:
+        return (f"request more vCPUs in Service Quotas (EC2, '{self.quota}': gpuNodeCount x the "
+                "instance's vCPUs)")
+
+    def capacity_fix(self) -> str:
+        if self.capacity_type == "spot":
+            return ("spot capacity for one instance type in one zone comes and goes: try again "
+                    "later (the run resumes from its last checkpoint), set gpuAvailabilityZone "
+                    "to another zone that offers the type, or set gpuCapacityType on-demand")
+        return ("set gpuAvailabilityZone to another zone that offers the type, use a "
                 "capacityReservation or capacityBlock, or try again later")
 
 
@@ -104,15 +134,16 @@ def not_triggered_reasons(message: str) -> list[str]:
     return [re.sub(r"^\d+ ", "", r.strip()) for r in body.split(", ") if r.strip()]
 
 
-def _backoff_cause(group: dict) -> Cause:
+def _backoff_cause(group: dict, market: Market) -> Cause:
     info = group.get("scaleUp", {}).get("backoffInfo") or {}
     code, message, name = info.get("errorCode", ""), info.get("errorMessage", ""), group["name"]
     check = (f"aws autoscaling describe-scaling-activities --auto-scaling-group-name {name} "
              "--max-items 3")
     if code == "placeholder-cannot-be-fulfilled":
         return Cause(f"EC2 launched no instance for node group {name}: {message}",
-                     f"see EC2's reason with `{check}`; InsufficientInstanceCapacity: "
-                     f"{CAPACITY_FIX}; VcpuLimitExceeded: {QUOTA_FIX}", True)
+                     f"see EC2's reason with `{check}`; InsufficientInstanceCapacity or "
+                     f"UnfulfillableCapacity: {market.capacity_fix()}; VcpuLimitExceeded or "
+                     f"MaxSpotInstanceCountExceeded: {market.quota_fix()}", True)
     if code == "timeout":
         return Cause(f"nodes of group {name} launched but never joined the cluster: {message}",
                      "read the instance's console output (aws ec2 get-console-output) for the "
@@ -123,7 +154,8 @@ def _backoff_cause(group: dict) -> Cause:
                  True)
 
 
-def diagnose(pods: list[dict], events: list[dict], config_map: dict | None) -> Cause | None:
+def diagnose(pods: list[dict], events: list[dict], config_map: dict | None,
+             market: Market = Market()) -> Cause | None:
     """The cause for the pending worker pods, or None when none is pending."""
     pending = [p for p in pods if p.get("status", {}).get("phase") == "Pending"
                and not p.get("spec", {}).get("nodeName")]
@@ -138,7 +170,7 @@ def diagnose(pods: list[dict], events: list[dict], config_map: dict | None) -> C
     last = _latest(mine, "NotTriggerScaleUp")
     reasons = not_triggered_reasons(last.get("message", "")) if last else []
     if backoff and (named or BACKOFF in reasons):
-        return _backoff_cause(backoff[0])
+        return _backoff_cause(backoff[0], market)
     if last and any(r.startswith(t) for r in reasons for t in TRANSIENT):
         return Cause(f"cluster-autoscaler does not scale up yet: {', '.join(reasons)}",
                      "wait for the nodes of an earlier run to go (kubectl get nodes), or check "
@@ -156,14 +188,15 @@ def diagnose(pods: list[dict], events: list[dict], config_map: dict | None) -> C
                  "deploy/cluster-autoscaler", False)
 
 
-def read_cause(api: KubeAPI, namespace: str, cluster: str) -> tuple[Cause | None, int]:
+def read_cause(api: KubeAPI, namespace: str, cluster: str,
+               market: Market = Market()) -> tuple[Cause | None, int]:
     """The cause now, and how many worker pods exist (0: KubeRay has not made them yet)."""
     pods = api.pods(namespace, WORKER_SELECTOR.format(cluster=cluster))
     try:
         config_map = api.config_map(STATUS_NAMESPACE, STATUS_CONFIGMAP)
     except KubeAPIError:  # no autoscaler status (another autoscaler, or none yet)
         config_map = None
-    return diagnose(pods, api.events(namespace), config_map), len(pods)
+    return diagnose(pods, api.events(namespace), config_map, market), len(pods)
 
 
 def end_run(api: KubeAPI, namespace: str, rayjob: str, cause: Cause) -> None:
@@ -179,36 +212,40 @@ def end_run(api: KubeAPI, namespace: str, rayjob: str, cause: Cause) -> None:
 
 def watch(api: KubeAPI, namespace: str, cluster: str, rayjob: str | None, end: bool,
           poll_s: float = POLL_S, say: Callable[[str], None] = print,
-          sleep: Callable[[float], None] | None = None) -> str:
-    """Poll until the workers are all scheduled ("joined") or the run is ended ("ended"),
-    printing each new cause. A definite cause ends the run once two polls in a row found it
-    (not one event read mid-update). An unreadable API is reported and retried."""
+          sleep: Callable[[float], None] | None = None, market: Market = Market(),
+          after_join: bool = False) -> str:
+    """Poll until the workers are all scheduled ("joined"; with `after_join` it goes on, for
+    workers that are Pending again) or the run is ended ("ended"), printing each new cause. A
+    definite cause ends the run once two polls in a row found it (not one event read
+    mid-update). An unreadable API is reported and retried."""
     said, seen = None, 0
     while True:
         try:
-            cause, count = read_cause(api, namespace, cluster)
+            cause, count = read_cause(api, namespace, cluster, market)
         except KubeAPIError as e:
             cause, count = Cause(f"cannot read the Kubernetes API ({e})", "check the head's "
                                  "service account and its Role (workloads/rbac.py)", False), -1
-        if count > 0 and cause is None:
-            say("scale-up: every worker pod has a node")
-            return "joined"
-        line = cause.line() if cause is not None else None
+        line = cause.line() if cause is not None else JOINED if count > 0 else None
         seen = seen + 1 if line == said else 1
         if line is not None and line != said:
             say(line)
         said = line
+        if line == JOINED and not after_join:
+            return "joined"
         if cause is not None and cause.definite and end and rayjob and seen >= 2:
             try:
                 end_run(api, namespace, rayjob, cause)
             except KubeAPIError as e:
                 say(f"scale-up: could not end RayJob {rayjob} ({e}); it ends at its "
-                    "preRunningDeadlineSeconds")
+                    "preRunningDeadlineSeconds or activeDeadlineSeconds")
                 return "not ended"
             say(f"scale-up: ended RayJob {rayjob}; its Ray cluster, and any GPU node that did "
                 "launch, go within minutes")
             return "ended"
         (sleep or time.sleep)(poll_s)
+
+
+JOINED = "scale-up: every worker pod has a node"
 
 
 def cause_here(env: Mapping[str, str] = os.environ) -> Cause | None:
@@ -218,7 +255,8 @@ def cause_here(env: Mapping[str, str] = os.environ) -> Cause | None:
     if api is None or not cluster:
         return None
     try:
-        return read_cause(api, env.get(NAMESPACE_ENV, "default"), cluster)[0]
+        return read_cause(api, env.get(NAMESPACE_ENV, "default"), cluster,
+                          Market.from_env(env))[0]
     except KubeAPIError:
         return None
 
@@ -232,19 +270,20 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] = os.environ) -> 
     ap.add_argument("--stay", action="store_true", help="keep running afterwards (a container "
                     "of the head pod must, or the pod stops being Ready)")
     args = ap.parse_args(argv)
+    # PID 1 of its container: without a handler SIGTERM is ignored and deletion waits 30 s.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     api, cluster = KubeAPI.in_cluster(env), env.get(CLUSTER_ENV)
     if api is None or not cluster:
         print("WARNING: scale-up watch: no Kubernetes API or RAY_CLUSTER_NAME here; not watching",
               file=sys.stderr, flush=True)
     else:
-        try:
+        try:  # for the whole run: a worker that loses its (spot) node needs another one
             watch(api, env.get(NAMESPACE_ENV, "default"), cluster, env.get(RAYJOB_ENV),
-                  args.end_on_scaleup_failure, args.poll_s, say=lambda s: print(s, flush=True))
+                  args.end_on_scaleup_failure, args.poll_s, say=lambda s: print(s, flush=True),
+                  market=Market.from_env(env), after_join=True)
         except Exception as e:  # a crashing container would keep the head pod unready
             print(f"WARNING: scale-up watch stopped: {type(e).__name__}: {e}", file=sys.stderr,
                   flush=True)
-    # PID 1 of its container: without a handler SIGTERM is ignored and deletion waits 30 s.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while args.stay:
         time.sleep(3600)
     return 0

@@ -17,10 +17,14 @@ targets) is saved with them and a resume with other settings is refused before l
 
 Asynchronous saves (`--async-checkpoint`, `Saver`): `dcp.async_save` copies this rank's shards to
 host memory and returns; a thread writes them and uploads the files to storage while training
-goes on. The next save (at most one in flight), the end of the run or a fault hook waits for
-it: every rank's upload done (barrier), rank 0 marks it COMPLETE, then every rank registers the
-already-uploaded directory with Ray Train (`CheckpointUploadMode.NO_UPLOAD`). A worker dying
-during an upload leaves a directory without the marker, never loaded.
+goes on. Each rank's upload thread then joins the others' on a gloo group of their own, and
+rank 0's writes `COMPLETE` as soon as every rank's upload is done, so no step waits for it and a
+kill loses at most the steps since that save. The next save (at most one in flight), the end of
+the run or a fault hook waits for the thread and registers the already-uploaded directory with
+Ray Train (`CheckpointUploadMode.NO_UPLOAD`). A worker dying during an upload leaves a directory
+without the marker, never loaded.
+
+`Saver.save_now`, a preemption's checkpoint: the save in flight finished, then a synchronous one.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 import ray.train
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
@@ -167,8 +172,12 @@ def _mark(fs: pafs.FileSystem, marker: str) -> None:
     """Collective: after every rank's upload has returned, rank 0 marks the directory."""
     dist.barrier()
     if dist.get_rank() == 0:
-        with fs.open_output_stream(marker) as f:
-            f.write(b"all ranks uploaded\n")
+        _write_marker(fs, marker)
+
+
+def _write_marker(fs: pafs.FileSystem, marker: str) -> None:
+    with fs.open_output_stream(marker) as f:
+        f.write(b"all ranks uploaded\n")
 
 
 def save_and_report(engine: Engine, state: RunState, metrics: dict) -> None:
@@ -184,16 +193,22 @@ def save_and_report(engine: Engine, state: RunState, metrics: dict) -> None:
 
 
 class _Upload(threading.Thread):
-    """Waits for this rank's DCP write to finish, then copies its files to storage."""
+    """Waits for this rank's DCP write to finish, copies its files to storage, then, with every
+    rank's upload thread (`group`), has rank 0 mark the directory once all of them succeeded."""
 
-    def __init__(self, written, local: str, fs: pafs.FileSystem, target: str):
+    def __init__(self, written, local: str, fs: pafs.FileSystem, target: str,
+                 group: dist.ProcessGroup, stall: bool = False):
         super().__init__(daemon=True, name="checkpoint-upload")
         self.written, self.local, self.fs, self.target = written, local, fs, target
+        self.group, self.stall = group, stall
         self.error: BaseException | None = None
+        self.complete = False  # every rank uploaded and the marker is written
 
     def run(self) -> None:
         try:
             self.written.result()
+            if self.stall:  # test hook (--stall-upload-at-step): an upload that never ends
+                threading.Event().wait()
             self.fs.create_dir(self.target, recursive=True)
             pafs.copy_files(self.local, self.target, source_filesystem=pafs.LocalFileSystem(),
                             destination_filesystem=self.fs)
@@ -201,6 +216,14 @@ class _Upload(threading.Thread):
             self.error = e
         finally:
             shutil.rmtree(self.local, ignore_errors=True)
+        try:
+            uploaded = torch.tensor([self.error is None], dtype=torch.int32)
+            dist.all_reduce(uploaded, op=dist.ReduceOp.MIN, group=self.group)
+            if uploaded.item() and dist.get_rank() == 0:
+                _write_marker(self.fs, f"{self.target}/{MARKER}")
+            self.complete = bool(uploaded.item())
+        except BaseException as e:
+            self.error = self.error or e
 
 
 class Saver:
@@ -209,16 +232,19 @@ class Saver:
 
     def __init__(self, asynchronous: bool):
         self.asynchronous = asynchronous
-        self._pending: tuple[_Upload, str, dict, str] | None = None
+        self._pending: tuple[_Upload, str, dict] | None = None
+        self._stall_next = False
         # async_save plans and finishes the save with collectives from its own thread, on host
         # tensors: a group of its own, so they never interleave with training's collectives on
         # the default group, and gloo, since it refuses a group without a CPU backend
-        # (torch/distributed/checkpoint/state_dict_saver.py, async_save).
+        # (torch/distributed/checkpoint/state_dict_saver.py, async_save). The upload threads
+        # agree on the marker on another one.
         self._group = dist.new_group(backend="gloo") if asynchronous else None
+        self._marker_group = dist.new_group(backend="gloo") if asynchronous else None
 
     def save(self, engine: Engine, state: RunState, metrics: dict) -> None:
         """Collective. Synchronous: returns once the checkpoint is complete. Asynchronous:
-        returns once this step's shards are in host memory (after completing the previous one)."""
+        returns once this step's shards are in host memory (after finishing the previous one)."""
         if not self.asynchronous:
             save_and_report(engine, state, metrics)
             return
@@ -230,21 +256,33 @@ class Saver:
         written = dcp.async_save(_state_dict(engine), checkpoint_id=local,
                                  process_group=self._group)
         _write_state(state, local)
-        upload = _Upload(written, local, fs, target)
+        upload = _Upload(written, local, fs, target, self._marker_group, self._stall_next)
+        self._stall_next = False
         upload.start()
-        self._pending = (upload, target, metrics, dir_name(state.step))
+        self._pending = (upload, target, metrics)
+
+    def save_now(self, engine: Engine, state: RunState, metrics: dict) -> None:
+        """Collective: a complete checkpoint of this step before returning (a preemption's),
+        after the save in flight, in either mode."""
+        self.wait()
+        save_and_report(engine, state, metrics)
+
+    def stall_next_upload(self) -> None:
+        """Test hook (--stall-upload-at-step): this rank's next asynchronous upload never ends."""
+        self._stall_next = True
 
     def wait(self) -> None:
-        """Collective: finish the save in flight, if any: uploads done, marked, registered."""
+        """Collective: finish the save in flight, if any (its marker is written when every
+        rank's upload is done), and register it with Ray Train."""
         if self._pending is None:
             return
-        upload, target, metrics, name = self._pending
+        upload, target, metrics = self._pending
         self._pending = None
         upload.join()
-        if upload.error is not None:
-            raise CheckpointError(f"saving {target} failed: {upload.error}") from upload.error
+        if not upload.complete:
+            why = upload.error or "another rank's upload failed"
+            raise CheckpointError(f"saving {target} failed: {why}") from upload.error
         fs, _ = _storage()
-        _mark(fs, f"{target}/{MARKER}")
         from ray.train import CheckpointUploadMode
 
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint(target, filesystem=fs),

@@ -1,17 +1,24 @@
-"""Test hooks (hidden flags), called by the loop at two named points: before a step
-(--nan-at-step) and after it (--fault-at-step, --fault-in-save-at-step). Each fires only in a
-fresh run, so that a retried attempt shows whether the job recovered."""
+"""Test hooks (hidden flags), called by the loop at named points: before a step (--nan-at-step)
+and after it (--fault-at-step, --fault-in-save-at-step, --hold-at-step), and at a save
+(--stall-upload-at-step). The fault hooks fire only in a fresh run, so that a retried attempt
+shows whether the job recovered; the preemption hooks once per run (a marker in the run
+directory's test-hooks/, which also tells a test where and when they fired)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
+import pyarrow.fs as pafs
+import ray
+import ray.train
+import ray.train.collective
 import torch
 from torch.distributed.tensor import DTensor
 
 from training.config import TrainConfig
 from training.run.checkpoint import Saver
+from training.run.run_files import RunFiles
 from training.step.engine import Engine
 
 
@@ -22,11 +29,15 @@ class FaultHooks:
     fault_in_save_at_step: int | None
     fresh: bool  # this attempt did not resume from a checkpoint
     dies: bool  # the rank that dies: the last one
+    hold_at_step: int | None = None
+    stall_upload_at_step: int | None = None
+    rank: int = 0
 
     @classmethod
     def for_rank(cls, cfg: TrainConfig, resumed: bool, rank: int, world: int) -> "FaultHooks":
         return cls(cfg.nan_at_step, cfg.fault_at_step, cfg.fault_in_save_at_step,
-                   fresh=not resumed, dies=rank == world - 1)
+                   fresh=not resumed, dies=rank == world - 1, hold_at_step=cfg.hold_at_step,
+                   stall_upload_at_step=cfg.stall_upload_at_step, rank=rank)
 
     def before_step(self, step: int, engine: Engine) -> None:
         """--nan-at-step: turn one weight shard into NaN, as a diverging run would."""
@@ -43,3 +54,30 @@ class FaultHooks:
             saver.wait()  # collective: every rank completes the save first
         if step in (self.fault_at_step, self.fault_in_save_at_step) and self.fresh and self.dies:
             os._exit(17)
+
+    def holds(self, step: int) -> bool:
+        """Collective at the --hold-at-step step: whether training waits here for a preemption
+        (once per run)."""
+        if self.hold_at_step != step:
+            return False
+        return ray.train.collective.broadcast_from_rank_zero(
+            self.rank == 0 and _claim(f"held-at-step-{step}"))
+
+    def stalls(self, step: int) -> bool:
+        """--stall-upload-at-step: whether this rank's upload of this step never ends (rank 0,
+        once per run; the other ranks' uploads then wait for it)."""
+        return self.stall_upload_at_step == step and self.rank == 0 and \
+            _claim(f"stalled-upload-{step}")
+
+
+def _claim(name: str) -> bool:
+    """Create test-hooks/<name> in the run directory, holding this node's Ray id; False when it
+    exists (the hook fired in an earlier attempt)."""
+    files = RunFiles.from_context()
+    path = f"{files.run_dir}/test-hooks/{name}"
+    if files.fs.get_file_info(path).type != pafs.FileType.NotFound:
+        return False
+    files.fs.create_dir(f"{files.run_dir}/test-hooks", recursive=True)
+    with files.fs.open_output_stream(path) as f:
+        f.write(ray.get_runtime_context().get_node_id().encode())
+    return True

@@ -44,7 +44,7 @@ def train_func(loop_config: dict) -> None:
     saved = checkpoint.resume(engine)
     state, schedule, notes = start_state(cfg, saved, data.fingerprint if data else cfg.data)
     if rank == 0 and saved and saved.step != inputs.resumed_from_step:  # the driver said the rest
-        print(f"resumed from {checkpoint.dir_name(saved.step)} after a failure", flush=True)
+        print(f"after a failure: resuming from the checkpoint of step {saved.step}", flush=True)
         for note in notes:
             print(f"WARNING: {note}", flush=True)
     if rank == 0 and engine.load:

@@ -1,6 +1,7 @@
 """One attempt's step loop, as named steps the way torchtitan's `Trainer.train` reads
 (torchtitan/train.py): step, and at log points check, log (with the evaluation), then save or
-report; the run's last files at the end. The test hooks are called at two named points."""
+report; the run's last files at the end. A preemption notice makes a step a log point whose
+save is synchronous (training/run/preemption.py). The test hooks are called at named points."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from training.run import checkpoint, export, tracking
 from training.run.evaluate import Evaluator, perplexity
 from training.run.handoff import SUMMARY_FILE, RunSummary
 from training.run.hooks import FaultHooks
+from training.run.preemption import Notice, Preemptions
 from training.run.progress import NonFiniteError, NonFiniteGuard, StepClock
 from training.run.run_files import RunFiles
 from training.step.engine import Engine, mean_across_ranks, train_step
@@ -52,6 +54,7 @@ class Trainer:
         self.saver = checkpoint.Saver(cfg.async_checkpoint and bool(cfg.checkpoint_every))
         self.last: dict = {"step": state.step, "first_loss": state.first_loss, **info}  # no step
         self.untimed = True  # the window holds the first step (warm-up) or the profiled one
+        self.preemptions = Preemptions(bool(cfg.checkpoint_every), rank)
 
     def train(self) -> None:
         cfg = self.cfg
@@ -61,21 +64,27 @@ class Trainer:
         for step in range(first, cfg.steps + 1):
             self.hooks.before_step(step, self.engine)
             loss = self.step(step, profile=step == first + 1)
+            notice = self.preemptions.poll()  # collective, no device sync
             save = bool(cfg.checkpoint_every) and (step == cfg.steps or
                                                    step % cfg.checkpoint_every == 0)
             evaluate = self.evaluator is not None and self.evaluator.due(step)
-            if save or evaluate or step in (first, cfg.steps) or step % cfg.log_every == 0:
+            if save or evaluate or notice or step in (first, cfg.steps) or \
+                    step % cfg.log_every == 0:
                 if (stopped := self.check()) is not None:
                     self.finish({**self.last, "stopped": stopped})
                     return
                 row = self.log(step, loss, first=step == first, evaluate=evaluate)
-                if save:
+                if notice:
+                    self.save_for(notice, step, row)
+                elif save:
                     self.save(step, row)
                 else:
                     ray.train.report(row)
                 self.clock.restart()
                 self.untimed = False
             self.hooks.after_step(step, self.saver)
+            if self.hooks.holds(step):
+                self.hold(step)
         self.saver.wait()
         self.finish(self.last)
 
@@ -153,12 +162,30 @@ class Trainer:
             **self.info,
         }
 
-    def save(self, step: int, row: dict) -> None:
+    def save(self, step: int, row: dict, now: bool = False) -> None:
+        """Collective: this step's checkpoint (`now`: complete before returning)."""
         if self.files:
             self.files.append_metrics(self.pending)
             self.pending = []
-        self.saver.save(self.engine, self.state, row)
+        if self.hooks.stalls(step):
+            self.saver.stall_next_upload()
+        (self.saver.save_now if now else self.saver.save)(self.engine, self.state, row)
         self.saved_step = step
+
+    def save_for(self, notice: Notice, step: int, row: dict) -> None:
+        """Collective: a preemption's checkpoint of this step, then Ray Train is told to restart
+        the workers from it; training goes on until it does (or the run ends first)."""
+        self.preemptions.save(notice, functools.partial(self.save, step, row, now=True), step)
+
+    def hold(self, step: int, polls: int = 1500) -> None:
+        """Test hook (--hold-at-step): wait at this step for a preemption notice (every rank
+        polls in step), save for it, then wait (at most `polls` x 0.2 s) for Ray Train to stop
+        this attempt."""
+        for _ in range(polls):
+            if notice := self.preemptions.poll():
+                self.save_for(notice, step, self.last)
+            time.sleep(0.2)
+        raise RuntimeError(f"--hold-at-step {step}: no preemption came")
 
     def finish(self, last: dict) -> None:
         """Collective: the run's last files. Only a run that did not stop early is exported; the

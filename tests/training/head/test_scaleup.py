@@ -224,3 +224,25 @@ def test_the_head_containers_command_ends_the_run_only_when_the_stack_says_so(
             assert scaleup.main(argv, env) == 0  # the StopIteration is caught and reported
         deadline = fake.object("rayjobs", JOB)["spec"]["activeDeadlineSeconds"]
     assert deadline == (1 if end else 14400)
+
+
+def test_a_worker_pending_again_mid_run_without_spot_capacity_ends_the_run(tmp_path):
+    """After every worker had a node, one loses it (a spot reclaim) and its replacement pod finds
+    no spot capacity: the watch, still going, ends the run with the spot fixes."""
+    said = []
+    w = world(after_ice, [ICE], scheduled=2)
+
+    def sleep(_):
+        if said == [scaleup.JOINED]:  # the second worker's node is reclaimed
+            w["pods"][2] = pod(f"{CLUSTER}-gpu-worker-ccccc", CLUSTER, T0 + 900)
+            w["events"] += after_ice(w["pods"][2])
+            fake.world.update(w)
+    market = scaleup.Market("spot", "All G and VT Spot Instance Requests, L-3819A6DF")
+    with FakeKube(w, head_rbac("ray", JOB, True)) as fake:
+        result = scaleup.watch(api_for(fake, tmp_path), "ray", CLUSTER, JOB, end=True,
+                               say=said.append, sleep=sleep, market=market, after_join=True)
+        job = fake.object("rayjobs", JOB)
+    assert result == "ended" and said[0] == scaleup.JOINED
+    assert "EC2 launched no instance" in said[1] and "gpuCapacityType on-demand" in said[1]
+    assert "'All G and VT Spot Instance Requests, L-3819A6DF'" in said[1]
+    assert job["spec"]["activeDeadlineSeconds"] == 1
