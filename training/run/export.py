@@ -84,6 +84,7 @@ def _generation_config(cfg: TrainConfig, config, tokenizer):
         except OSError:  # the source has no generation_config.json
             pass
     gen = gen or GenerationConfig.from_model_config(config)
+    gen.use_cache = True  # generation wants its KV cache, whatever a source saved with it said
     if tokenizer is not None:
         source = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
         ids = [encoder(_tokenizer_name(cfg)).end_of_turn(), tokenizer.eos_token_id, *source]

@@ -81,7 +81,8 @@ def chat_source(tmp_path_factory, qwen_base_tokenizer):
     torch.manual_seed(2)
     out = tmp_path_factory.mktemp("chat-source")
     AutoModelForCausalLM.from_config(model_config("tiny", len(tok))).save_pretrained(out)
-    GenerationConfig(eos_token_id=tok.eos_token_id, bos_token_id=None).save_pretrained(out)
+    GenerationConfig(eos_token_id=tok.eos_token_id, bos_token_id=None,
+                     use_cache=False).save_pretrained(out)  # as a model saved for training
     return out
 
 
@@ -276,8 +277,9 @@ def test_a_chat_runs_export_generates_until_the_end_of_the_turn_and_stops(ranks)
     path = ranks[1][0]["chat"]
     tok = AutoTokenizer.from_pretrained(path)
     im_end, eos = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
-    assert json.loads(Path(path, "generation_config.json").read_text())["eos_token_id"] == \
-        [im_end, eos]  # the source's said <|endoftext|> only
+    generation = json.loads(Path(path, "generation_config.json").read_text())
+    assert generation["eos_token_id"] == [im_end, eos]  # the source's said <|endoftext|> only
+    assert generation.get("use_cache", True) is True  # the source was saved without a KV cache
     model = AutoModelForCausalLM.from_pretrained(path)
     prompt = tok.apply_chat_template(CHAT[:1], add_generation_prompt=True, return_tensors="pt",
                                      return_dict=True)
