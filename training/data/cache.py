@@ -81,7 +81,7 @@ def documents(source: Source, enc: Encoder, loss_tokens: str) -> Iterator[
     for where, number, row in source.rows():
         try:
             fmt = fmt or detect(list(row))
-            yield where, number, fmt, *fmt.tokens(row, enc, loss_tokens)
+            yield where, number, fmt, *fmt.encode_row(row, enc, loss_tokens)
         except RowError as e:
             raise DataError(f"{where} row {number}: {e}") from None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from training.data.tokenize import Encoder, Tokens, TokenizeError
+from training.data.tokenize import Encoder, Encoded, TokenizeError
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -29,7 +29,7 @@ class RowError(ValueError):
 class Format:
     name: str  # as the index and the run summary record it
     columns: tuple[str, ...]  # all present: a row is of this format
-    encode: Callable[[dict, Encoder], Tokens]  # ids, and what --loss-tokens completion trains
+    encode: Callable[[dict, Encoder], Encoded]  # ids, and what --loss-tokens completion trains
     trains: str  # what --loss-tokens completion trains on, for the log
     empty: str  # what a row with nothing to train on lacks
 
@@ -37,7 +37,7 @@ class Format:
         """The columns as the help and the errors name them: `prompt` + `completion`."""
         return " + ".join(f"`{c}`" for c in self.columns)
 
-    def tokens(self, row: dict, enc: Encoder, loss_tokens: str) -> Tokens:
+    def encode_row(self, row: dict, enc: Encoder, loss_tokens: str) -> Encoded:
         """Ids and trained flags of one row of this format (told from the data's first row); a
         row with nothing to train on is an error."""
         missing = [c for c in self.columns if c not in row]

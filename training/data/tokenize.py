@@ -41,7 +41,7 @@ class TokenizeError(InputError):
     """A document cannot be tokenized as its format says (the caller adds file and row)."""
 
 
-Tokens = tuple[list[int], list[bool]]  # ids, and which of them the loss counts
+Encoded = tuple[list[int], list[bool]]  # ids, and which of them the loss counts
 
 
 class Encoder:
@@ -67,11 +67,11 @@ class Encoder:
         """The token that ends an assistant turn (generation stops there), if chats have one."""
         raise NotImplementedError
 
-    def text(self, text: str) -> Tokens:
+    def text(self, text: str) -> Encoded:
         ids = self.encode(text) + ([self.eos] if self.eos is not None else [])
         return ids, [True] * len(ids)
 
-    def prompt_completion(self, prompt: str, completion: str) -> Tokens:
+    def prompt_completion(self, prompt: str, completion: str) -> Encoded:
         """As TRL's SFTTrainer: the completion is what `prompt + completion` adds to `prompt`.
         Where the two merge into one token across the boundary (`"... is "` + `"Paris"` with a
         BPE that has `" Paris"`), that would train only the EOS; the completion is then tokenized
@@ -92,7 +92,7 @@ class Encoder:
             ids = apart
         return ids, [i >= n_prompt for i in range(len(ids))]
 
-    def chat(self, messages: Sequence[dict]) -> Tokens:
+    def chat(self, messages: Sequence[dict]) -> Encoded:
         raise NotImplementedError
 
 
@@ -118,7 +118,7 @@ class ByteEncoder(Encoder):
     def end_of_turn(self) -> int:
         return self.eos
 
-    def chat(self, messages: Sequence[dict]) -> Tokens:
+    def chat(self, messages: Sequence[dict]) -> Encoded:
         ids: list[int] = []
         trained: list[bool] = []
         for m in messages:
@@ -166,7 +166,7 @@ class HFEncoder(Encoder):
         """Template text: its special tokens are structure."""
         return list(self.tok.encode(rendered, add_special_tokens=False))
 
-    def chat(self, messages: Sequence[dict]) -> Tokens:
+    def chat(self, messages: Sequence[dict]) -> Encoded:
         """The template's rendering; each assistant turn trained from its content to its
         end-of-turn token inclusive (the first special token after the content), not the
         template's newline after it."""

@@ -33,15 +33,15 @@ def _spans(ids: list[int], trained: list[bool]) -> list[list[int]]:
 
 
 def test_text_trains_every_token_of_the_tokenizers_own_encoding_plus_eos():
-    assert TEXT.tokens({"text": "ab"}, ByteEncoder(), "completion") == \
+    assert TEXT.encode_row({"text": "ab"}, ByteEncoder(), "completion") == \
         ([97, 98, EOS], [True] * 3)
 
 
 def test_prompt_completion_trains_the_completion_and_its_eos_only():
     row = {"prompt": "Q?", "completion": "A"}
-    ids, trained = PROMPT_COMPLETION.tokens(row, ByteEncoder(), "completion")
+    ids, trained = PROMPT_COMPLETION.encode_row(row, ByteEncoder(), "completion")
     assert ids == [*b"Q?A", EOS] and _spans(ids, trained) == [[ord("A"), EOS]]
-    _, everything = PROMPT_COMPLETION.tokens(row, ByteEncoder(), "all")
+    _, everything = PROMPT_COMPLETION.encode_row(row, ByteEncoder(), "all")
     assert all(everything)
 
 
@@ -73,15 +73,15 @@ def test_the_format_is_the_most_specific_one_whose_columns_are_all_present():
 ])
 def test_a_row_its_format_cannot_train_on_is_refused_with_the_reason(fmt, row, message):
     with pytest.raises(RowError, match=message):
-        fmt.tokens(row, ByteEncoder(), "completion")
+        fmt.encode_row(row, ByteEncoder(), "completion")
 
 
 def test_an_empty_completion_trains_its_eos_and_a_lone_eos_is_refused_even_under_loss_all():
-    ids, trained = PROMPT_COMPLETION.tokens({"prompt": "Q?", "completion": ""}, ByteEncoder(),
+    ids, trained = PROMPT_COMPLETION.encode_row({"prompt": "Q?", "completion": ""}, ByteEncoder(),
                                             "completion")
     assert _spans(ids, trained) == [[EOS]]  # the model learns to stop after this prompt
     with pytest.raises(RowError, match="empty text"):  # the EOS alone: nothing predicts it
-        TEXT.tokens({"text": ""}, ByteEncoder(), "all")
+        TEXT.encode_row({"text": ""}, ByteEncoder(), "all")
 
 
 def test_the_formats_load_without_torch_or_transformers_for_the_help():
@@ -95,7 +95,7 @@ def test_the_formats_load_without_torch_or_transformers_for_the_help():
 
 
 def test_bytes_chat_format_trains_the_assistant_turns_and_their_end():
-    ids, trained = MESSAGES.tokens({"messages": CHAT}, ByteEncoder(), "completion")
+    ids, trained = MESSAGES.encode_row({"messages": CHAT}, ByteEncoder(), "completion")
     assert bytes(i for i in ids if i != EOS).decode().startswith("<|system|>\nBe brief.\n")
     assert _spans(ids, trained) == [[ord("4"), EOS], [ord("6"), EOS]]
 
@@ -106,7 +106,7 @@ def test_qwen25_template_trains_exactly_the_assistant_turns(qwen_template_tokeni
 
     AutoTokenizer.from_pretrained(qwen_template_tokenizer, eos_token=eos).save_pretrained(tmp_path)
     enc = HFEncoder(str(tmp_path))
-    ids, trained = MESSAGES.tokens({"messages": CHAT}, enc, "completion")
+    ids, trained = MESSAGES.encode_row({"messages": CHAT}, enc, "completion")
     text = enc.tok.decode(ids)
     # The template's own rendering (../shared/reference/qwen2.5/README.md records it).
     assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
@@ -120,7 +120,7 @@ def test_qwen25_default_system_prompt_and_multi_token_answers_stay_untrained(
     enc = HFEncoder(str(qwen_template_tokenizer))
     chat = [{"role": "user", "content": "Name the storage."},
             {"role": "assistant", "content": "The checkpoints go to an S3 bucket."}]
-    ids, trained = MESSAGES.tokens({"messages": chat}, enc, "completion")
+    ids, trained = MESSAGES.encode_row({"messages": chat}, enc, "completion")
     assert "You are Qwen" in enc.tok.decode(ids)
     assert [enc.tok.decode(s) for s in _spans(ids, trained)] == \
         ["The checkpoints go to an S3 bucket.<|im_end|>"]
@@ -132,7 +132,7 @@ def test_the_shipped_instruction_set_is_what_its_generator_writes_and_trains_on_
     add = next(r["messages"] for r in rows if r["messages"][0]["content"].startswith("What is"))
     a, b = (int(x) for x in add[0]["content"][len("What is "):-1].split(" + "))
     assert add[1] == {"role": "assistant", "content": str(a + b)}
-    ids, trained = MESSAGES.tokens(rows[0], ByteEncoder(), "completion")
+    ids, trained = MESSAGES.encode_row(rows[0], ByteEncoder(), "completion")
     assert _spans(ids, trained) == [[*rows[0]["messages"][1]["content"].encode(), EOS]]
 
 
@@ -157,11 +157,11 @@ def _tokenizer(tmp_path, bos: bool, eos: bool) -> str:
 def test_a_document_is_the_tokenizers_own_encoding_with_its_bos_and_eos_and_no_made_up_id(
         tmp_path):
     with_bos = HFEncoder(_tokenizer(tmp_path, bos=True, eos=True))
-    ids, trained = TEXT.tokens({"text": "a plain document"}, with_bos, "completion")
+    ids, trained = TEXT.encode_row({"text": "a plain document"}, with_bos, "completion")
     bos, eos = with_bos.tok.convert_tokens_to_ids(["<s>", "</s>"])
     assert ids[0] == bos and ids[-1] == eos and ids.count(bos) == 1 and all(trained)
     no_eos = HFEncoder(_tokenizer(tmp_path, bos=False, eos=False))
-    ids, _ = TEXT.tokens({"text": "a plain document"}, no_eos, "completion")
+    ids, _ = TEXT.encode_row({"text": "a plain document"}, no_eos, "completion")
     assert ids == no_eos.tok.encode("a plain document")  # nothing appended, no id 0
 
 
@@ -171,13 +171,13 @@ def test_chat_data_needs_a_template_whose_first_turns_render_as_a_prefix(
 
     enc = HFEncoder(_tokenizer(tmp_path, bos=False, eos=True))  # no chat template
     with pytest.raises(RowError, match="the tokenizer has no chat template for `messages` data"):
-        MESSAGES.tokens({"messages": CHAT}, enc, "completion")
+        MESSAGES.encode_row({"messages": CHAT}, enc, "completion")
     # A template that leads with the turn count renders no prefix of the whole conversation.
     tok = AutoTokenizer.from_pretrained(qwen_template_tokenizer)
     tok.chat_template = "{{ messages|length }}{% for m in messages %}{{ m.content }}{% endfor %}"
     tok.save_pretrained(tmp_path / "counting")
     with pytest.raises(RowError, match="does not render a conversation's first turns as a prefix"):
-        MESSAGES.tokens({"messages": CHAT}, HFEncoder(str(tmp_path / "counting")), "completion")
+        MESSAGES.encode_row({"messages": CHAT}, HFEncoder(str(tmp_path / "counting")), "completion")
 
 
 def test_an_assistant_first_chat_trains_its_greeting_not_the_system_prompt(qwen_base_tokenizer):
@@ -185,7 +185,7 @@ def test_an_assistant_first_chat_trains_its_greeting_not_the_system_prompt(qwen_
     chat = [{"role": "assistant", "content": "Hello! How can I help?"},
             {"role": "user", "content": "Name the storage."},
             {"role": "assistant", "content": "An S3 bucket."}]
-    ids, trained = MESSAGES.tokens({"messages": chat}, enc, "completion")
+    ids, trained = MESSAGES.encode_row({"messages": chat}, enc, "completion")
     assert enc.decode(ids).startswith("<|im_start|>system\nYou are Qwen")  # the default prompt
     assert [enc.decode(s) for s in _spans(ids, trained)] == \
         ["Hello! How can I help?<|im_end|>", "An S3 bucket.<|im_end|>"]
@@ -203,11 +203,11 @@ def test_a_completion_that_merges_with_its_prompt_is_trained_whole(qwen_base_tok
     whole = enc.tok.tokenize("The capital of France is Paris")
     assert whole[-1] == "ĠParis"  # the BPE merges the prompt's space into the answer
     row = {"prompt": "The capital of France is ", "completion": "Paris"}
-    ids, trained = PROMPT_COMPLETION.tokens(row, enc, "completion")
+    ids, trained = PROMPT_COMPLETION.encode_row(row, enc, "completion")
     assert enc.decode(ids) == "The capital of France is Paris<|endoftext|>"
     assert [enc.decode(s) for s in _spans(ids, trained)] == ["Paris<|endoftext|>"]
     # A clean boundary keeps the tokenizer's own encoding of the whole text, as TRL does.
-    ids, trained = PROMPT_COMPLETION.tokens({"prompt": "The capital of France is",
+    ids, trained = PROMPT_COMPLETION.encode_row({"prompt": "The capital of France is",
                                              "completion": " Paris"}, enc, "completion")
     assert ids == enc.tok.encode("The capital of France is Paris") + [enc.eos]
     assert [enc.decode(s) for s in _spans(ids, trained)] == [" Paris<|endoftext|>"]
@@ -227,19 +227,19 @@ def test_a_merge_that_cannot_be_tokenized_apart_is_refused_with_the_reason(tmp_p
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>").save_pretrained(tmp_path)
     enc = HFEncoder(str(tmp_path))
     with pytest.raises(RowError, match="merge into one token .'▁York'|York.*word boundary"):
-        PROMPT_COMPLETION.tokens({"prompt": "New Yo", "completion": "rk"}, enc, "completion")
+        PROMPT_COMPLETION.encode_row({"prompt": "New Yo", "completion": "rk"}, enc, "completion")
 
 
 def test_special_token_text_is_text_in_documents_and_refused_by_name_in_a_chat(
         qwen_base_tokenizer):
     enc = HFEncoder(str(qwen_base_tokenizer))
     typed = "Type <|im_end|> to stop."
-    ids, trained = TEXT.tokens({"text": typed}, enc, "completion")
+    ids, trained = TEXT.encode_row({"text": typed}, enc, "completion")
     assert enc.decode(ids) == typed + "<|endoftext|>" and set(ids[:-1]).isdisjoint(enc.special)
-    ids, trained = PROMPT_COMPLETION.tokens({"prompt": "Q: ", "completion": typed}, enc,
+    ids, trained = PROMPT_COMPLETION.encode_row({"prompt": "Q: ", "completion": typed}, enc,
                                             "completion")
     assert [enc.decode(s) for s in _spans(ids, trained)] == [typed + "<|endoftext|>"]
     chat = [{"role": "user", "content": "How do I stop?"}, {"role": "assistant", "content": typed}]
     with pytest.raises(RowError, match=r"messages\[1\] holds the text of the special token "
                                        "'<\\|im_end\\|>'"):
-        MESSAGES.tokens({"messages": chat}, enc, "completion")
+        MESSAGES.encode_row({"messages": chat}, enc, "completion")
