@@ -28,7 +28,8 @@ import yaml
 from stack import catalog
 from stack.kube import GPU_SELECTOR, NAMESPACE, SYSTEM_LABELS
 from stack.validation import MAX_GPU_NODES, validate
-from training.config import TrainConfig, closest, from_settings
+from training.config import TrainConfig
+from training.settings import closest, from_settings
 from training.errors import ConfigError as JobConfigError
 
 PULUMI_YAML = Path(__file__).resolve().parent.parent / "Pulumi.yaml"

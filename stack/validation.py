@@ -13,7 +13,8 @@ from stack import catalog
 from stack.kube import (EKS_NAME_MAX, GPU_SELECTOR, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
                         RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
 from stack.tracking import tracking_problems
-from training.config import TrainConfig, closest
+from training.config import TrainConfig
+from training.settings import closest
 
 if TYPE_CHECKING:
     from stack.config import StackConfig

@@ -283,7 +283,8 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
 
     from stack.config import SET_BY_THE_STACK
     from training.driver.cli import parse as parse_flags
-    from training.config import TrainConfig, setting_key
+    from training.config import TrainConfig
+    from training.settings import setting_key
 
     hints = typing.get_type_hints(TrainConfig)
     # --load-in-4bit exists to be refused with the reason (QLoRA is not supported).
