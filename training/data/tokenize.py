@@ -14,8 +14,10 @@ given the turns before it and that assistant turn with a placeholder for its con
 placeholder (the default system prompt and the header before a first assistant turn stay
 untrained); it ends with the turn's end-of-turn token. Both hold wherever that rendering's
 tokens are a prefix of the whole conversation's (checked for every turn; a template where it does
-not is an error). Special-token text inside a message is refused by name: the template's own
-special tokens structure the turns, and the same text typed by a user would end one.
+not is an error). Special-token text inside a message is tokenized as text (`_guarded`): the
+template's own special tokens structure the turns, and the same text typed by a user would
+otherwise end or open one. (Refusing such a row would stop a whole run, the cluster default's on
+a public dataset included, for one message about tokenizers.)
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ BYTES_CHAT_TEMPLATE = (
     "{% if message['role'] == 'assistant' %}{{ eos_token }}{% else %}{{ '\\n' }}{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")
 _CONTENT = "\x00assistant content\x00"  # placeholder: where the template puts a turn's content
+_GUARD = "\ue000"  # brackets a special token's index where a content typed its text
 
 
 class TokenizeError(InputError):
@@ -136,6 +139,7 @@ class HFEncoder(Encoder):
         self.eos = self.tok.eos_token_id
         self.special = {i: t.content for i, t in self.tok.added_tokens_decoder.items()
                         if t.special}
+        self._special_texts = sorted(set(self.special.values()))
 
     def encode(self, text: str) -> list[int]:
         # add_special_tokens as the tokenizer defines it; typed special-token text stays text.
@@ -163,8 +167,15 @@ class HFEncoder(Encoder):
         return self.tok.apply_chat_template(list(messages), tokenize=False, **kwargs)
 
     def _ids(self, rendered: str) -> list[int]:
-        """Template text: its special tokens are structure."""
-        return list(self.tok.encode(rendered, add_special_tokens=False))
+        """Template text: its special tokens are structure; a guarded content's special-token
+        text (`_guarded`) is text."""
+        ids: list[int] = []
+        for n, piece in enumerate(rendered.split(_GUARD)):
+            if n % 2:  # a marker: the index of the special token whose text stood there
+                ids += self.encode_plain(self._special_texts[int(piece)])
+            elif piece:
+                ids += self.tok.encode(piece, add_special_tokens=False)
+        return ids
 
     def chat(self, messages: Sequence[dict]) -> Encoded:
         """The template's rendering; each assistant turn trained from its content to its
@@ -173,7 +184,7 @@ class HFEncoder(Encoder):
         if self.tok.chat_template is None:
             raise TokenizeError("the tokenizer has no chat template for `messages` data; use "
                                 "a tokenizer with one (--tokenizer) or prompt/completion data")
-        self._refuse_special_text(messages)
+        messages = self._guarded(messages)
         ids = self._ids(self._text(messages))
         trained = [False] * len(ids)
         for i, m in enumerate(messages):
@@ -190,14 +201,18 @@ class HFEncoder(Encoder):
             trained[start:turn_end + 1] = [True] * (turn_end + 1 - start)
         return ids, trained
 
-    def _refuse_special_text(self, messages: Sequence[dict]) -> None:
-        for i, m in enumerate(messages):
-            typed = [t for t in self.special.values() if t in m["content"]]
-            if typed:
-                raise TokenizeError(
-                    f"messages[{i}] holds the text of the special token {typed[0]!r}: the chat "
-                    "template's tokens mark the turns, and this text would be read as that token "
-                    "(ending or opening a turn inside the content); remove it from the content")
+    def _guarded(self, messages: Sequence[dict]) -> list[dict]:
+        """The messages with each special token's text in a content replaced by a marker that
+        `_ids` reads back as that text, tokenized as text: a typed `<|im_end|>` neither ends nor
+        opens a turn (the template's own tokens, rendered outside the contents, stay tokens)."""
+        def guard(i: int, text: str) -> str:
+            if _GUARD in text:
+                raise TokenizeError(f"messages[{i}] holds the private-use character U+E000, "
+                                    "which the job reserves; remove it from the content")
+            for k, t in sorted(enumerate(self._special_texts), key=lambda kt: -len(kt[1])):
+                text = text.replace(t, f"{_GUARD}{k}{_GUARD}")
+            return text
+        return [{**m, "content": guard(i, m["content"])} for i, m in enumerate(messages)]
 
     def _prefix_length(self, rendered: str, ids: list[int]) -> int:
         prefix = self._ids(rendered)

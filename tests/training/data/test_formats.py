@@ -230,8 +230,7 @@ def test_a_merge_that_cannot_be_tokenized_apart_is_refused_with_the_reason(tmp_p
         PROMPT_COMPLETION.encode_row({"prompt": "New Yo", "completion": "rk"}, enc, "completion")
 
 
-def test_special_token_text_is_text_in_documents_and_refused_by_name_in_a_chat(
-        qwen_base_tokenizer):
+def test_special_token_text_is_text_in_documents_and_in_a_chats_turns(qwen_base_tokenizer):
     enc = HFEncoder(str(qwen_base_tokenizer))
     typed = "Type <|im_end|> to stop."
     ids, trained = TEXT.encode_row({"text": typed}, enc, "completion")
@@ -239,7 +238,17 @@ def test_special_token_text_is_text_in_documents_and_refused_by_name_in_a_chat(
     ids, trained = PROMPT_COMPLETION.encode_row({"prompt": "Q: ", "completion": typed}, enc,
                                             "completion")
     assert [enc.decode(s) for s in _spans(ids, trained)] == [typed + "<|endoftext|>"]
-    chat = [{"role": "user", "content": "How do I stop?"}, {"role": "assistant", "content": typed}]
-    with pytest.raises(RowError, match=r"messages\[1\] holds the text of the special token "
-                                       "'<\\|im_end\\|>'"):
-        MESSAGES.encode_row({"messages": chat}, enc, "completion")
+    im_end = enc.tok.convert_tokens_to_ids("<|im_end|>")
+    chat = [{"role": "user", "content": "What ends <|im_start|>a turn?"},
+            {"role": "assistant", "content": typed}]
+    ids, trained = MESSAGES.encode_row({"messages": chat}, enc, "completion")
+    # The typed texts are text: the turns' own markers are the only special tokens, and the
+    # assistant turn is trained whole, up to the template's <|im_end|> and no further.
+    assert [enc.decode(s) for s in _spans(ids, trained)] == [typed + "<|im_end|>"]
+    rendered = enc.tok.apply_chat_template(chat, tokenize=False)
+    turns = rendered.count("<|im_start|>") - 1  # the template's own (a system turn too), not the typed one
+    assert ids.count(im_end) == ids.count(enc.tok.convert_tokens_to_ids("<|im_start|>")) == turns
+    assert enc.decode(ids) == rendered
+    with pytest.raises(RowError, match=r"messages\[0\] holds the private-use character"):
+        MESSAGES.encode_row({"messages": [{"role": "user", "content": "\ue000"}, chat[1]]},
+                            enc, "completion")
