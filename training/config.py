@@ -183,6 +183,14 @@ class TrainConfig:
     def tokens_per_step_per_worker(self) -> int:
         return self.micro_batch_size * self.grad_accum * self.seq_len
 
+    def sequences_per_worker(self, world: int) -> int:
+        """Sequences each of `world` workers trains on per optimizer step: --tokens-per-step's
+        share (the planner only splits it into micro-batches), else micro-batch x accumulation.
+        The one count the batch planner and the driver's epoch arithmetic both read."""
+        if self.tokens_per_step is None:
+            return self.micro_batch_size * self.grad_accum
+        return max(1, self.tokens_per_step // (self.seq_len * world))
+
     def problems(self) -> list[str]:
         """Every problem with these settings, each naming its flag and the fix."""
         out = []

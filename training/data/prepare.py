@@ -57,9 +57,7 @@ class PreparedData:
 def samples_per_step(cfg: TrainConfig) -> int:
     """Samples all workers consume in one optimizer step (memory.plan_batch keeps
     --tokens-per-step's count of sequences whatever micro-batch it picks)."""
-    if cfg.tokens_per_step:
-        return max(1, cfg.tokens_per_step // (cfg.seq_len * cfg.num_workers)) * cfg.num_workers
-    return cfg.num_workers * cfg.grad_accum * cfg.micro_batch_size
+    return cfg.sequences_per_worker(cfg.num_workers) * cfg.num_workers
 
 
 def run_steps(cfg: TrainConfig, samples: int) -> int:

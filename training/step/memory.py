@@ -237,7 +237,7 @@ def plan_batch(cfg: TrainConfig, fp: Footprint, world: int, *, headroom: float =
 def _choose_batch(cfg: TrainConfig, fp: Footprint, world: int) -> BatchPlan:
     if cfg.tokens_per_step is None:
         return BatchPlan(cfg.micro_batch_size, cfg.grad_accum)
-    sequences = max(1, cfg.tokens_per_step // (cfg.seq_len * world))
+    sequences = cfg.sequences_per_worker(world)
     sizes = [m for m in range(sequences, 0, -1) if sequences % m == 0]
     explicit = cfg.activation_checkpointing
     for checkpointing in (False, True) if explicit is None else (explicit,):
