@@ -124,14 +124,19 @@ def check_resume(cfg: TrainConfig, storage: Storage, data_id: str) -> Resume | N
     return Resume(where, state.step, notes)
 
 
-def finished(cfg: TrainConfig, storage: Storage) -> RunSummary | None:
-    """The summary of a run that already trained its --steps and did not stop early (a rerun
-    leaves its results alone), else None."""
+def saved_summary(cfg: TrainConfig, storage: Storage) -> RunSummary | None:
+    """The summary rank 0 last wrote to the run directory, or None (no run yet)."""
     from training.run.handoff import SUMMARY_FILE, RunSummary
     from training.run.run_files import RunFiles
 
     text = RunFiles(storage.filesystem, storage.run_dir(cfg.name)).read_bytes(SUMMARY_FILE)
-    summary = RunSummary.from_json(text.decode()) if text else None
+    return RunSummary.from_json(text.decode()) if text else None
+
+
+def finished(cfg: TrainConfig, storage: Storage) -> RunSummary | None:
+    """The summary of a run that already trained its --steps and did not stop early (a rerun
+    leaves its results alone), else None."""
+    summary = saved_summary(cfg, storage)
     if summary is None or summary.stopped or (summary.steps or 0) < cfg.steps:
         return None
     return summary

@@ -266,15 +266,14 @@ def _summary(result, storage: Storage, cfg: TrainConfig, data_format: str) -> Ru
     size."""
     import dataclasses
 
+    from training.driver.checks import saved_summary
     from training.run.checkpoint import latest
-    from training.run.handoff import SUMMARY_FILE, RunSummary
-    from training.run.run_files import RunFiles
+    from training.run.handoff import RunSummary
 
     run_dir = storage.run_dir(cfg.name)
-    text = RunFiles(storage.filesystem, run_dir).read_bytes(SUMMARY_FILE).decode()
     ckpt = latest(storage.filesystem, run_dir, result.checkpoint if result else None)
     return dataclasses.replace(
-        RunSummary.from_json(text) if text else RunSummary(), data_format=data_format,
+        saved_summary(cfg, storage) or RunSummary(), data_format=data_format,
         checkpoint=storage.display(ckpt.path) if ckpt else None,
         checkpoint_gib=_size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         run_dir=storage.display(run_dir))
