@@ -16,3 +16,9 @@ class ConfigError(InputError):
     def __init__(self, problems: list[str], what: str = "training settings"):
         self.problems = problems
         super().__init__(f"invalid {what}:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def first_line(e: BaseException) -> str:
+    """A library exception's first non-blank line (its type's name when it says nothing): what a
+    one-line error message quotes of it."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.data import DataError
+from training.errors import first_line
 
 PREFIX = "hf://"
 _URI = re.compile(r"^hf://(?P<repo>[\w.-]+/[\w.-]+)(?:/(?P<config>[\w.-]+))?"
@@ -76,7 +77,7 @@ def fetch(uri: str, flag: str, suffixes: tuple[str, ...]) -> Snapshot:
                                      local_files_only=constants.HF_HUB_OFFLINE)
         except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError) as e:
             raise DataError(f"{flag} {uri!r}: cannot fetch it from the Hugging Face Hub "
-                            f"({type(e).__name__}: {_first_line(e)})") from None
+                            f"({type(e).__name__}: {first_line(e)})") from None
 
     folder = download(split.revision, [CARD])
     commit = Path(folder).name
@@ -191,8 +192,3 @@ def _local_files(folder: str, suffixes: tuple[str, ...]) -> list[str]:
     for d, _, names in os.walk(folder, followlinks=True):
         out += [Path(d, n).relative_to(folder).as_posix() for n in names if n.endswith(suffixes)]
     return sorted(out)
-
-
-def _first_line(e: BaseException) -> str:
-    lines = [ln for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else ""

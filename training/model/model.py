@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
+from training.errors import first_line
 from training.model.loading import ModelError, check_model_dir, is_s3, local_dir
 from training.model.loss import fused_linear_cross_entropy, label_count
 
@@ -56,7 +57,7 @@ def model_config(spec: str, vocab_size: int | None = None) -> PretrainedConfig:
         try:
             config = AutoConfig.from_pretrained(local_dir(spec))
         except (OSError, ValueError) as e:
-            raise ModelError(f"--model {spec!r}: cannot load its config ({_first_line(e)}); "
+            raise ModelError(f"--model {spec!r}: cannot load its config ({first_line(e)}); "
                              "pass a Hugging Face id, a local model directory, or a built-in "
                              f"shape {sorted(BUILTIN_SHAPES)}") from None
     if getattr(config, "quantization_config", None):
@@ -148,7 +149,3 @@ class CausalLMWithLoss(nn.Module):
 
 def _looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") != 1
-
-
-def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
