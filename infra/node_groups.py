@@ -57,15 +57,22 @@ class NodeGroupSpec:
     # EFA interfaces on every network card, in a cluster placement group unless reserved.
     efa: bool = False
     on_demand_quota: bool = True  # its nodes launch against a vCPU quota (On-Demand's or Spot's)
-    spot: bool = False  # bought as Spot Instances (their own quota and price)
     reservation: Reservation | None = None  # the reservation or Capacity Block it launches into
-    capacity_block: bool = False
     # None: EKS's default (On-Demand). A change replaces the group (capacity_type is ForceNew in
     # terraform-provider-aws internal/service/eks/node_group.go).
     capacity_type: str | None = None
 
     def name(self, cluster: str) -> str:
         return f"{cluster}-{self.key}"
+
+    @property
+    def spot(self) -> bool:
+        """Bought as Spot Instances (their own quota and price)."""
+        return self.capacity_type == "SPOT"
+
+    @property
+    def capacity_block(self) -> bool:
+        return self.capacity_type == "CAPACITY_BLOCK"
 
     @property
     def placement_group(self) -> bool:
@@ -134,8 +141,7 @@ def node_groups(cfg: StackConfig) -> tuple[NodeGroupSpec, ...]:
         labels=gpu_node_labels(cfg.gpu.accelerator), taints=(GPU_TAINT,),
         root=gpu_root(cfg.root_volume_gib), zones=1, autoscaled=True, efa=True,
         on_demand_quota=bool(cfg.run_job and cfg.gpu_node_count and not cfg.reserved),
-        reservation=cfg.reserved, capacity_block=cfg.capacity_block is not None,
-        spot=cfg.spot,
+        reservation=cfg.reserved,
         capacity_type="CAPACITY_BLOCK" if cfg.capacity_block else "SPOT" if cfg.spot else
         "ON_DEMAND")
     return system, gpu
