@@ -121,11 +121,11 @@ def export(cfg: StackConfig, target: Target, storage: CheckpointStorage,
     pulumi.export("region", cfg.region)
     pulumi.export("gpuAvailabilityZone", target.gpu_zone)
     pulumi.export("nodeGroups", dict(target.node_groups))
-    pulumi.export("idleCostUsdPerHour", cost["idleUsdPerHour"])  # no job: no GPU node
-    pulumi.export("runCostUsdPerHour", cost["runUsdPerHour"])  # while a run holds its GPU nodes
-    pulumi.export("hourlyCostBreakdown", cost["breakdown"])
-    pulumi.export("costIsEstimate", cost["isEstimate"])  # no prices of this Region in the table
-    pulumi.export("costSource", cost["source"])
+    pulumi.export("idleCostUsdPerHour", cost.idle)  # no job: no GPU node
+    pulumi.export("runCostUsdPerHour", cost.run)  # while a run holds its GPU nodes
+    pulumi.export("hourlyCostBreakdown", dict(cost.breakdown))
+    pulumi.export("costIsEstimate", cost.is_estimate)  # a Region or capacity priced at a guess
+    pulumi.export("costSource", cost.source)
     pulumi.export("checkpointStorage", storage.uri)
     pulumi.export("rayNamespace", cfg.namespace)
     pulumi.export("rayJob", ray.rayjob_name)

@@ -15,6 +15,8 @@ from stack.kube import AUTOSCALER_NAMESPACE, AUTOSCALER_SERVICE_ACCOUNT
 class AutoscalerIdentity(pulumi.ComponentResource):
     """The autoscaler's Helm release depends on `association`, so it starts with credentials."""
 
+    association: aws.eks.PodIdentityAssociation  # its service account's role
+
     def __init__(self, name: str, cfg: StackConfig, cluster_name: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:AutoscalerIdentity", name, None, opts)

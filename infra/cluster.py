@@ -29,6 +29,8 @@ class Cluster(pulumi.ComponentResource):
     node_group_names: dict[str, str]  # spec key -> EKS node group name (the nodeGroups output)
     node_roles: dict[str, aws.iam.Role]  # spec key -> its nodes' role
     node_groups: dict[str, aws.eks.NodeGroup]  # spec key -> the group
+    eks: eks.Cluster  # pulumi-eks's component
+    info: pulumi.Output[aws.eks.Cluster]  # the aws.eks.Cluster inside it
 
     def __init__(self, name: str, cfg: StackConfig, network: Network,
                  ignore_changes: Mapping[str, tuple[str, ...]], profile: str | None = None,

@@ -4,10 +4,12 @@ group is priced from its spec (infra/node_groups.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
+from typing import Mapping
 
 from infra.node_groups import NodeGroupSpec, node_groups
-from stack.catalog import KUBERNETES_RELEASES, SPOT_ESTIMATE, region_prices
+from stack.catalog import KUBERNETES_RELEASES, region_prices
 from stack.config import StackConfig
 
 
@@ -31,28 +33,41 @@ def group_cost(group: NodeGroupSpec, nodes: int, price: dict[str, float]) -> dic
     }
 
 
-def hourly_cost(cfg: StackConfig, today: date) -> dict:
-    """USD per hour with no job (control plane, NAT gateway and its public IPv4 address, the
-    fixed node groups) and while a run of `gpuNodeCount` GPU nodes is going (the autoscaled
-    groups), with the breakdown. An existing cluster's own costs are not this stack's; the
-    nodes its autoscaler adds for this stack's run are. `isEstimate`: the Region has no prices of
-    its own in the table, or a group is spot (priced at its ceiling, `source` says so)."""
+@dataclass(frozen=True)
+class HourlyCost:
+    """USD per hour with no job (`idle`) and while a run holds its GPU nodes (`run`, the idle
+    cost included), each line of them (`breakdown`, keyed as the hourlyCostBreakdown output),
+    whether any of it is an estimate and where the prices come from."""
+
+    idle: float
+    run: float
+    breakdown: Mapping[str, float]
+    is_estimate: bool
+    source: str
+
+
+def hourly_cost(cfg: StackConfig, today: date) -> HourlyCost:
+    """The control plane, NAT gateway and its public IPv4 address and the fixed node groups with
+    no job; the autoscaled groups too while a run of `gpuNodeCount` GPU nodes is going. An
+    existing cluster's own costs are not this stack's; the nodes its autoscaler adds for this
+    stack's run are. An estimate where the Region has no prices of its own in the table, or
+    where a group's capacity is priced at a guess (spot at its ceiling: `source` says why)."""
     price, estimate, source = region_prices(cfg.region)
     own = 1 if cfg.existing_cluster_name is None else 0
     idle, run = {}, {}
     for group in node_groups(cfg):
         nodes = group.nodes if group.autoscaled or own else 0
         (run if group.autoscaled else idle).update(group_cost(group, nodes, price))
-        if group.spot and nodes:
+        why = group.bought_as.price_estimate
+        if why and nodes:
             estimate = True
-            source += "; " + SPOT_ESTIMATE.format(instance_type=group.instance_type,
-                                                  region=cfg.region)
+            source += "; " + why.format(instance_type=group.instance_type, region=cfg.region)
     idle.update({
         "eksControlPlane": (control_plane_price(price, cfg.kubernetes_version, today)
                             if own else 0.0),
         "natGateway": own * price["nat-gateway"],
         "natPublicIpv4": own * price["public-ipv4"],
     })
-    return {"idleUsdPerHour": round(sum(idle.values()), 4),
-            "runUsdPerHour": round(sum(idle.values()) + sum(run.values()), 4),
-            "breakdown": {**idle, **run}, "isEstimate": estimate, "source": source}
+    return HourlyCost(idle=round(sum(idle.values()), 4),
+                      run=round(sum(idle.values()) + sum(run.values()), 4),
+                      breakdown={**idle, **run}, is_estimate=estimate, source=source)

@@ -68,6 +68,8 @@ class ImageCache(pulumi.ComponentResource):
     """`repository`: where images pulled through the rule live, resolved only once the rule and
     the node roles' permissions exist, so whatever pulls through it waits for both."""
 
+    repository: pulumi.Output[str]
+
     def __init__(self, name: str, cfg: StackConfig, node_roles: list[aws.iam.Role],
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:ImageCache", name, None, opts)
@@ -79,7 +81,7 @@ class ImageCache(pulumi.ComponentResource):
                                  prefix, pulumi.ResourceOptions(parent=self))
                     for i, role in enumerate(node_roles)]
         template = self._creation_template(name, cfg, prefix)
-        self.repository: pulumi.Output[str] = pulumi.Output.all(
+        self.repository = pulumi.Output.all(
             rule.registry_id, template.id, *[p.id for p in policies]).apply(
                 lambda values: cache_repository(values[0], cfg.region, prefix))
         self.register_outputs({"repository": self.repository})

@@ -36,6 +36,12 @@ class Network(pulumi.ComponentResource):
     pulumi:index:Stash; pulumi 3.272.0's pulumi/stash.py), so it survives a failed update too.
     A stack deployed before the Stash existed stores this run's choice on its next update."""
 
+    zones: pulumi.Output[list[str]]  # the two zones the subnets are in, the GPU zone first
+    gpu_zone: pulumi.Output[str]  # the GPU group's one zone (the gpuAvailabilityZone output)
+    vpc: aws.ec2.Vpc
+    public_subnets: list[aws.ec2.Subnet]  # one per zone, in `zones` order: the NAT gateway's
+    private_subnets: list[aws.ec2.Subnet]  # one per zone, in `zones` order: the nodes'
+
     def __init__(self, name: str, cfg: StackConfig, chosen: list[str],
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:Network", name, None, opts)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from infra.root_volumes import SYSTEM_ROOT, RootVolume, gpu_root
 from infra.user_data import launch_template_user_data
-from stack.catalog import InstanceFacts
+from stack.catalog import CAPACITY_BLOCK, ON_DEMAND, GpuCapacity, InstanceFacts, ServiceQuota
 from stack.config import ConfigError, Reservation, StackConfig
 from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
 
@@ -56,23 +56,33 @@ class NodeGroupSpec:
     autoscaled: bool
     # EFA interfaces on every network card, in a cluster placement group unless reserved.
     efa: bool = False
-    on_demand_quota: bool = True  # its nodes launch against a vCPU quota (On-Demand's or Spot's)
+    counts_vcpu_quota: bool = True  # its launches count against its capacity's vCPU quota
     reservation: Reservation | None = None  # the reservation or Capacity Block it launches into
-    # None: EKS's default (On-Demand). A change replaces the group (capacity_type is ForceNew in
-    # terraform-provider-aws internal/service/eks/node_group.go).
-    capacity_type: str | None = None
+    # How its nodes are bought (the stack config's record for the GPU group). None: declared
+    # without one, EKS's default (On-Demand). A change replaces the group (capacity_type is
+    # ForceNew in terraform-provider-aws internal/service/eks/node_group.go).
+    capacity: GpuCapacity | None = None
 
     def name(self, cluster: str) -> str:
         return f"{cluster}-{self.key}"
 
     @property
-    def spot(self) -> bool:
-        """Bought as Spot Instances (their own quota and price)."""
-        return self.capacity_type == "SPOT"
+    def bought_as(self) -> GpuCapacity:
+        return self.capacity or ON_DEMAND
+
+    @property
+    def capacity_type(self) -> str | None:
+        """The node group's capacityType as EKS spells it; None: not declared."""
+        return self.capacity.eks_name if self.capacity else None
 
     @property
     def capacity_block(self) -> bool:
-        return self.capacity_type == "CAPACITY_BLOCK"
+        return self.capacity is CAPACITY_BLOCK
+
+    def vcpu_quota(self) -> ServiceQuota | None:
+        """The quota its nodes' vCPUs count against (infra/quota.py); None where they count
+        against none, or against one of a family the catalog does not list."""
+        return self.bought_as.vcpu_quota(self.instance_type) if self.counts_vcpu_quota else None
 
     @property
     def placement_group(self) -> bool:
@@ -140,10 +150,8 @@ def node_groups(cfg: StackConfig) -> tuple[NodeGroupSpec, ...]:
         nodes=cfg.gpu_node_count, ami_type="AL2023_x86_64_NVIDIA",
         labels=gpu_node_labels(cfg.gpu.accelerator), taints=(GPU_TAINT,),
         root=gpu_root(cfg.root_volume_gib), zones=1, autoscaled=True, efa=True,
-        on_demand_quota=bool(cfg.run_job and cfg.gpu_node_count and not cfg.reserved),
-        reservation=cfg.reserved,
-        capacity_type="CAPACITY_BLOCK" if cfg.capacity_block else "SPOT" if cfg.spot else
-        "ON_DEMAND")
+        counts_vcpu_quota=bool(cfg.run_job and cfg.gpu_node_count and not cfg.reserved),
+        reservation=cfg.reserved, capacity=cfg.gpu_capacity)
     return system, gpu
 
 

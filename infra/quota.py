@@ -2,8 +2,9 @@
 stack's nodes need, read at `pulumi up` before any resource exists: a run whose GPU nodes cannot
 all launch would bill the ones that did while it waits for the rest.
 
-- Need: each node group's nodes x their vCPUs, per quota (stack/catalog.py ON_DEMAND_QUOTAS, and
-  SPOT_QUOTAS for a spot group: "All G and VT Spot Instance Requests" counts vCPUs too). A
+- Need: each node group's nodes x their vCPUs, per quota (its capacity's, stack/catalog.py
+  GpuCapacity: ON_DEMAND's, or SPOT's for a spot group: "All G and VT Spot Instance Requests"
+  counts vCPUs too). A
   managed node group update first launches, per zone, up to two extra nodes (EKS user guide,
   managed-node-update-behavior, "Scale up phase": the larger of twice the zones and
   maxUnavailable, 1 by default): with a run going, the one-zone GPU group needs 2 more nodes, the
@@ -57,8 +58,8 @@ def quota_needs(cfg: StackConfig) -> list[QuotaNeed]:
         return []
     needs: dict[str, QuotaNeed] = {}
     for group in node_groups(cfg):
-        quota = catalog.vcpu_quota(group.instance_type, "spot" if group.spot else "on-demand")
-        if not group.on_demand_quota or quota is None:
+        quota = group.vcpu_quota()
+        if quota is None:
             continue
         vcpus = group.facts.vcpus
         surge = SURGE_NODES_PER_ZONE * group.zones * vcpus  # the documented upper bound

@@ -14,6 +14,11 @@ from infra.policies import bucket_access, pod_identity_trust
 class CheckpointStorage(pulumi.ComponentResource):
     """Encrypted, private S3 bucket; a role only the Ray service account can assume."""
 
+    bucket: aws.s3.Bucket
+    role: aws.iam.Role  # the Ray pods' role: this bucket only
+    association: aws.eks.PodIdentityAssociation  # the pods get credentials once it exists
+    uri: pulumi.Output[str]  # s3://<bucket>/runs, the checkpointStorage output
+
     def __init__(self, name: str, cfg: StackConfig, cluster_name: pulumi.Input[str],
                  namespace: str, service_account: str,
                  opts: pulumi.ResourceOptions | None = None):

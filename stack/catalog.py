@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date
+from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def region_prices(region: str) -> tuple[dict[str, float], bool, str]:
 
 @dataclass(frozen=True)
 class ServiceQuota:
-    """An EC2 On-Demand vCPU quota in Service Quotas (service code `ec2`)."""
+    """An EC2 vCPU quota (On-Demand or Spot) in Service Quotas (service code `ec2`)."""
 
     code: str
     name: str
@@ -119,19 +120,6 @@ ON_DEMAND_QUOTAS: dict[str, ServiceQuota] = {
 SPOT_QUOTAS: dict[str, ServiceQuota] = {
     family: ServiceQuota("L-3819A6DF", "All G and VT Spot Instance Requests")
     for family in ("g", "vt")}
-CAPACITY_TYPES = ("on-demand", "spot")  # the stack key gpuCapacityType
-QUOTAS = {"on-demand": ON_DEMAND_QUOTAS, "spot": SPOT_QUOTAS}
-
-
-def on_demand_quota(instance_type: str) -> ServiceQuota | None:
-    """The quota an instance type's On-Demand vCPUs count against; None for a family not listed."""
-    return vcpu_quota(instance_type, "on-demand")
-
-
-def vcpu_quota(instance_type: str, capacity_type: str) -> ServiceQuota | None:
-    """The quota an instance type's vCPUs count against when bought as `capacity_type`
-    (CAPACITY_TYPES); None for a family not listed."""
-    return QUOTAS[capacity_type].get(re.match(r"[a-z]*", instance_type)[0])
 
 
 # No Spot price was read for this table: EC2 sets it per zone and changes it over time. What the
@@ -144,6 +132,42 @@ SPOT_ESTIMATE = ("estimate: spot GPU nodes at their ceiling, the on-demand price
                  "maximum price); they usually bill less: aws ec2 describe-spot-price-history "
                  "--instance-types {instance_type} --product-descriptions Linux/UNIX "
                  "--start-time $(date -u +%FT%T) --region {region}")
+
+
+@dataclass(frozen=True, eq=False)  # one record per way of buying: compared by identity
+class GpuCapacity:
+    """How the GPU nodes are bought, in every spelling the program needs: `name` as the stack
+    (gpuCapacityType) and the head pod's environment spell it, `eks_name` as a managed node
+    group's capacityType (EKS API reference, Nodegroup.capacityType: ON_DEMAND, SPOT,
+    CAPACITY_BLOCK), and the vCPU quota its launches count against, per instance family. The
+    stack config holds one (StackConfig.gpu_capacity); the node group, the quota check, the cost
+    outputs and the scale-up watch all read that one."""
+
+    name: str
+    eks_name: str
+    # Keyed by the letters an instance type starts with ("g6e.12xlarge": "g"); a family not
+    # listed has no quota here (checked by nobody, named by no fix).
+    quotas: Mapping[str, ServiceQuota]
+    # Set where the cost outputs' price of these nodes is an estimate: why, as a format string
+    # of {instance_type} and {region}.
+    price_estimate: str | None = None
+    # The stack key gpuCapacityType names it; a capacity block follows from capacityBlock.
+    selectable: bool = True
+
+    def vcpu_quota(self, instance_type: str) -> ServiceQuota | None:
+        """The quota an instance type's vCPUs count against when bought this way; None for a
+        family not listed."""
+        return self.quotas.get(re.match(r"[a-z]*", instance_type)[0])
+
+
+ON_DEMAND = GpuCapacity("on-demand", "ON_DEMAND", ON_DEMAND_QUOTAS)
+SPOT = GpuCapacity("spot", "SPOT", SPOT_QUOTAS, price_estimate=SPOT_ESTIMATE)
+# Capacity Blocks are bought under limits of their own (up to 64 instances a block, 256 across
+# blocks: EC2 user guide, capacity-blocks-purchase), not a running-vCPU quota: none listed.
+CAPACITY_BLOCK = GpuCapacity("capacity-block", "CAPACITY_BLOCK", {}, selectable=False)
+# The values of the stack key gpuCapacityType.
+CAPACITY_TYPES: dict[str, GpuCapacity] = {
+    c.name: c for c in (ON_DEMAND, SPOT, CAPACITY_BLOCK) if c.selectable}
 
 
 # The Amazon EKS add-on image registries, one account per Region (EKS user guide,

@@ -41,7 +41,7 @@ def ecr_registry(account: str, region: str) -> str:
 
 def efa_plugin_repository(region: str) -> str:
     """The EFA device plugin image's repository in the Region's EKS add-on registry; KeyError for
-    a Region the table lacks (stack.config rejects such a Region first)."""
+    a Region the table lacks (stack/validation.py rejects such a Region first)."""
     return f"{ecr_registry(EKS_ADDON_REGISTRY_ACCOUNTS[region], region)}/{EFA_PLUGIN_REPOSITORY}"
 
 
@@ -52,7 +52,7 @@ def cache_prefix(cluster_name: str) -> str:
     if len(prefix) > CACHE_PREFIX_MAX:
         digest = hashlib.sha256(cluster_name.encode()).hexdigest()[:8]
         prefix = f"{prefix[:CACHE_PREFIX_MAX - 9].rstrip('-')}-{digest}"
-    assert _PREFIX.match(prefix), prefix  # cluster names are DNS labels (stack.config)
+    assert _PREFIX.match(prefix), prefix  # cluster names are DNS labels (stack/validation.py)
     return prefix
 
 

@@ -9,8 +9,9 @@ import re
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from stack.config import ConfigError, StackConfig, parse
+from stack.config import ConfigError, StackConfig
 from stack.kube import JOB_HASH_LEN, RAYJOB_NAME_MAX
+from stack.parse import parse
 
 
 def raw_project_config() -> dict[str, str]:
@@ -38,7 +39,7 @@ def load() -> StackConfig:
 
 
 def secret(key: str, example: str) -> pulumi.Output[str] | None:
-    """A secret key (stack.config.SECRET_KEYS) as a secret Output, or None when the stack sets
+    """A secret key (stack.parse.SECRET_KEYS) as a secret Output, or None when the stack sets
     none (its default is ""). A plaintext value is refused: it would sit in the clear in the
     stack's config. Pulumi.yaml cannot mark the key `secret: true`: the CLI merges its default ""
     as a plaintext value and then refuses that on every stack without a value of its own

@@ -7,17 +7,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from typing import TYPE_CHECKING
-
 from stack import catalog
+from stack.config import StackConfig
 from stack.kube import (EKS_NAME_MAX, GPU_SELECTOR, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
                         RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
 from stack.tracking import tracking_problems
-from training.config import TrainConfig
-from training.settings import closest
-
-if TYPE_CHECKING:
-    from stack.config import StackConfig
 
 MAX_GPU_NODES = 64
 MAX_SYSTEM_NODES = 10
@@ -139,11 +133,8 @@ def reservations(cfg: StackConfig) -> list[str]:
 
 
 def capacity_type(cfg: StackConfig) -> list[str]:
-    """On-demand or spot GPU nodes; reserved capacity is neither's to choose."""
-    if cfg.gpu_capacity_type not in catalog.CAPACITY_TYPES:
-        return [f"gpuCapacityType: unknown {cfg.gpu_capacity_type!r}"
-                f"{closest(cfg.gpu_capacity_type, list(catalog.CAPACITY_TYPES))}; use one of "
-                f"{', '.join(catalog.CAPACITY_TYPES)}"]
+    """Spot GPU nodes cannot use reserved capacity (gpuCapacityType's spelling itself is read,
+    and refused when unknown, as the parser resolves its record: stack/parse.py)."""
     if cfg.spot and cfg.reserved:
         key = "capacityReservation" if cfg.capacity_reservation else "capacityBlock"
         return [f"gpuCapacityType: spot nodes cannot launch into the {key} (it holds on-demand "

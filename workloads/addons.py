@@ -18,6 +18,10 @@ class Addons(pulumi.ComponentResource):
     GPU nodes sit at zero between runs. Everything here depends on the node groups, so on destroy
     it goes first, while nodes still run its finalizers."""
 
+    kuberay: k8s.helm.v3.Release | None  # this stack's operator; None: the cluster's own
+    nvidia: k8s.helm.v3.Release  # the NVIDIA device plugin
+    efa: k8s.helm.v3.Release  # the EFA device plugin
+
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
                  system_node_selector: dict[str, str], region: str,
                  kuberay_crds: Mapping[str, str] | None, autoscaler_values: dict | None = None,
@@ -30,7 +34,7 @@ class Addons(pulumi.ComponentResource):
         cluster only)."""
         super().__init__("eksraytrain:workloads:Addons", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
-        self.kuberay: k8s.helm.v3.Release | None = None
+        self.kuberay = None
         if kuberay_crds is not None:
             # Helm installs crds/ once and never upgrades them; applying the pinned release's
             # CRDs ourselves (server-side: they exceed the 256 KiB last-applied annotation)

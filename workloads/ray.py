@@ -41,6 +41,11 @@ class RayWorkloads(pulumi.ComponentResource):
     """Depends on the KubeRay operator, so the RayJob (finalizer) is deleted while it runs. No
     long-lived RayCluster: each RayJob brings up its cluster and KubeRay deletes it afterwards."""
 
+    # The RayJob's name and its head's Service (the rayJob and rayHeadService outputs); None
+    # when no run is deployed (runJob false or gpuNodeCount 0).
+    rayjob_name: pulumi.Output[str] | None
+    head_service: pulumi.Output[str] | None
+
     def __init__(self, name: str, cfg: StackConfig, bundle: CodeBundle,
                  storage_uri: pulumi.Input[str], hf_token: pulumi.Input[str] | None,
                  provider: k8s.Provider, operator: pulumi.Resource | None,
@@ -63,7 +68,7 @@ class RayWorkloads(pulumi.ComponentResource):
                                                              "namespace": namespace},
                                string_data={"token": hf_token}, opts=in_ns)
         secrets = []  # the pods' env reads it (no `optional`): it exists before the RayJob
-        if mlflow_password is not None:  # stack.config: set together with the username
+        if mlflow_password is not None:  # stack/tracking.py: set together with the username
             secrets.append(k8s.core.v1.Secret(
                 f"{name}-mlflow", metadata={"name": MLFLOW_SECRET, "namespace": namespace},
                 string_data={"username": cfg.mlflow_tracking_username,
@@ -71,8 +76,7 @@ class RayWorkloads(pulumi.ComponentResource):
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": CODE_CONFIGMAP,
                                                                "namespace": namespace},
                                      data=bundle.data, opts=in_ns)
-        self.rayjob_name: pulumi.Output[str] | None = None
-        self.head_service: pulumi.Output[str] | None = None
+        self.rayjob_name = self.head_service = None
         if cfg.run_job and cfg.gpu_node_count > 0:  # a run of zero GPU nodes never starts
             manifest = pulumi.Output.all(storage_uri, image_cache).apply(
                 lambda a: build_rayjob(dataclasses.replace(

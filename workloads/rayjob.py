@@ -49,7 +49,7 @@ def run_name(cfg: StackConfig) -> str:
 
 def job_settings(cfg: StackConfig, storage_uri: str) -> TrainConfig:
     """The job's settings on this stack: the stack's `training` object (validated by TrainConfig)
-    plus what the stack decides (stack.config.SET_BY_THE_STACK)."""
+    plus what the stack decides (stack.parse.SET_BY_THE_STACK)."""
     return dataclasses.replace(
         cfg.training, num_workers=cfg.num_workers, use_gpu=True, storage_path=storage_uri,
         name=run_name(cfg), address="auto", mlflow_tracking_uri=cfg.mlflow_tracking_uri,

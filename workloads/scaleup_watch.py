@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 
-from stack.catalog import region_prices, vcpu_quota
+from stack.catalog import region_prices
 from stack.config import StackConfig
 from stack.kube import CODE_CONFIGMAP, CODE_MOUNT
 from training.head.cold_start import CLUSTER_ENV, NAMESPACE_ENV, PRICE_ENV, RAYJOB_ENV
@@ -30,12 +30,14 @@ def gpu_node_price(cfg: StackConfig) -> float:
 
 
 def cold_start_env(cfg: StackConfig, rayjob_name: str) -> list[dict]:
-    """The run's RayJob and GPU price, and how its GPU nodes are bought (the scale-up fixes)."""
-    quota = vcpu_quota(cfg.gpu_instance_type, cfg.gpu_capacity_type)
+    """The run's RayJob and GPU price, and how its GPU nodes are bought (the scale-up fixes):
+    the stack's capacity record, its name and the vCPU quota its launches count against, as the
+    node group and the quota check read it (none for a family or capacity without one)."""
+    quota = cfg.gpu_capacity.vcpu_quota(cfg.gpu_instance_type)
     market = [{"name": QUOTA_ENV, "value": f"{quota.name}, {quota.code}"}] if quota else []
     return [{"name": RAYJOB_ENV, "value": rayjob_name},
             {"name": PRICE_ENV, "value": str(gpu_node_price(cfg))},
-            {"name": CAPACITY_TYPE_ENV, "value": cfg.gpu_capacity_type}, *market]
+            {"name": CAPACITY_TYPE_ENV, "value": cfg.gpu_capacity.name}, *market]
 
 
 def watch_container(cfg: StackConfig, rayjob_name: str) -> dict:

@@ -11,7 +11,7 @@ import pytest
 from infra.node_groups import (EFA_RESOURCE, NODE_TEMPLATE_RESOURCE_TAG, launch_template_args,
                                node_groups)
 from stack import catalog
-from stack.config import parse
+from stack.parse import parse
 from tests.stack.stacks import STACK_FILES, raw_config, stack_name
 from workloads.raycluster import build_cluster_spec
 

@@ -15,7 +15,8 @@ from infra.root_volumes import SYSTEM_ROOT, RootVolume, gpu_root
 from infra.user_data import fast_image_pull_applies, node_user_data
 from stack import catalog
 from stack.catalog import InstanceFacts
-from stack.config import ConfigError, parse
+from stack.config import ConfigError
+from stack.parse import parse
 from stack.images import cache_prefix, efa_plugin_repository, through_cache
 from tests.infra.harness import run_program
 from tests.infra.test_program import DEV, LT

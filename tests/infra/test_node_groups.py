@@ -11,7 +11,7 @@ import pytest
 from infra import node_groups as specs
 from infra.quota import quota_needs
 from stack.catalog import INSTANCES, PRICES_USD_PER_HOUR
-from stack.config import parse
+from stack.parse import parse
 from tests.infra.harness import run_program
 from tests.infra.test_program import DEV, LT, NODE_GROUP
 

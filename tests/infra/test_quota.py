@@ -8,7 +8,7 @@ import pytest
 
 from infra.quota import QuotaError, quota_needs
 from stack import catalog
-from stack.config import parse
+from stack.parse import parse
 from tests.infra.harness import run_program
 from tests.infra.mocks import RecordingMocks
 from tests.infra.test_program import DEV
@@ -38,12 +38,12 @@ def asked(mocks: RecordingMocks) -> list[str]:
 
 
 def test_every_instance_type_in_the_catalog_has_its_on_demand_quota():
-    assert {t: catalog.on_demand_quota(t).code for t in catalog.INSTANCES} == {
+    assert {t: catalog.ON_DEMAND.vcpu_quota(t).code for t in catalog.INSTANCES} == {
         "m7i.xlarge": STANDARD, "m7i.2xlarge": STANDARD, "g6.12xlarge": G_AND_VT,
         "g6.48xlarge": G_AND_VT, "g6e.12xlarge": G_AND_VT, "g5.2xlarge": G_AND_VT,
         "p5.48xlarge": "L-417A185B"}
     # Inf has a quota of its own (not Standard's "I"): unknown rather than wrong.
-    assert catalog.on_demand_quota("inf2.xlarge") is None
+    assert catalog.ON_DEMAND.vcpu_quota("inf2.xlarge") is None
 
 
 def test_the_need_is_the_nodes_vcpus_and_an_update_surge_per_zone():

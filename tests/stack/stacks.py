@@ -1,5 +1,5 @@
 """Committed stack files as the raw values Pulumi hands the program: Pulumi.yaml's defaults
-merged under each stack's own values, as the CLI does (stack.config.declared)."""
+merged under each stack's own values, as the CLI does (stack.parse.declared)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from stack.config import as_config_string, declared
+from stack.parse import as_config_string, declared
 from tests.conftest import REPO
 
 PROJECT = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["name"]

@@ -7,7 +7,8 @@ from datetime import date
 
 import pytest
 
-from stack.config import ConfigError, parse
+from stack.config import ConfigError
+from stack.parse import parse
 from training.config import TrainConfig
 from tests.stack.stacks import STACK_FILES, raw_config, stack_name
 
@@ -123,7 +124,7 @@ def test_gpu_family_is_a_config_change():
 def test_declared_keys_are_exactly_the_keys_the_program_reads():
     import yaml
 
-    from stack.config import FIELDS, PULUMI_YAML, SECRET_KEYS
+    from stack.parse import FIELDS, PULUMI_YAML, SECRET_KEYS
 
     declared = set(yaml.safe_load(PULUMI_YAML.read_text())["config"])
     assert declared == set(FIELDS) | set(SECRET_KEYS)
@@ -133,7 +134,7 @@ def test_every_declared_key_has_a_default_so_a_new_stack_needs_no_config():
     """Pulumi requires a value for a declared key without a default (pkg/workspace/config.go)."""
     import yaml
 
-    from stack.config import PULUMI_YAML
+    from stack.parse import PULUMI_YAML
 
     config = yaml.safe_load(PULUMI_YAML.read_text())["config"]
     assert all("default" in spec for spec in config.values())
@@ -148,7 +149,7 @@ def test_no_declared_key_is_a_secret_with_a_default():
     refuses a plaintext hfToken itself (stack/pulumi_config.py)."""
     import yaml
 
-    from stack.config import PULUMI_YAML
+    from stack.parse import PULUMI_YAML
 
     config = yaml.safe_load(PULUMI_YAML.read_text())["config"]
     assert not [k for k, spec in config.items() if spec.get("secret") and "default" in spec]

@@ -11,7 +11,7 @@ import shlex
 import pytest
 import yaml
 
-from stack.config import parse
+from stack.parse import parse
 from stack.kube import RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX
 from tests.conftest import KUBERAY_CRDS, REPO, need
 from tests.stack.stacks import STACK_FILES, raw_config, stack_name
@@ -281,7 +281,7 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
     non-default value, and the entrypoint parses back to exactly those values."""
     import typing
 
-    from stack.config import SET_BY_THE_STACK
+    from stack.parse import SET_BY_THE_STACK
     from training.driver.cli import parse as parse_flags
     from training.config import TrainConfig
     from training.settings import setting_key
@@ -326,7 +326,7 @@ def test_the_stack_sets_every_setting_it_keeps_from_the_training_object(code):
     that setting would be out of reach."""
     import dataclasses as dc
 
-    from stack.config import SET_BY_THE_STACK
+    from stack.parse import SET_BY_THE_STACK
     from training.config import TrainConfig
     from workloads.rayjob import job_settings
 

@@ -67,19 +67,23 @@ CAPACITY_TYPE_ENV, QUOTA_ENV = "GPU_CAPACITY_TYPE", "GPU_VCPU_QUOTA"
 
 @dataclass(frozen=True)
 class Market:
-    """How the GPU nodes are bought: `on-demand` or `spot`, and the vCPU quota (name and code)
-    their launches count against; the fixes of a failed launch follow from it."""
+    """How the GPU nodes are bought: the capacity type as the stack spells it (`on-demand`,
+    `spot`, `capacity-block`), and the vCPU quota (name and code) their launches count against,
+    both as the head pod's environment carries them from the stack's one capacity record
+    (stack/catalog.py GpuCapacity, rendered by workloads/scaleup_watch.py); the fixes of a failed
+    launch follow from it. No quota: the environment names none (a family or capacity without
+    one in the catalog, or a head outside the stack's pods)."""
 
     capacity_type: str = "on-demand"
-    quota: str = "Running On-Demand G and VT instances, L-DB2E81BA"
+    quota: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "Market":
-        return cls(env.get(CAPACITY_TYPE_ENV) or cls.capacity_type,
-                   env.get(QUOTA_ENV) or cls.quota)
+        return cls(env.get(CAPACITY_TYPE_ENV) or cls.capacity_type, env.get(QUOTA_ENV) or None)
 
     def quota_fix(self) -> str:
-        return (f"request more vCPUs in Service Quotas (EC2, '{self.quota}': gpuNodeCount x the "
+        which = f"'{self.quota}'" if self.quota else "the vCPU quota of the instance's family"
+        return (f"request more vCPUs in Service Quotas (EC2, {which}: gpuNodeCount x the "
                 "instance's vCPUs)")
 
     def capacity_fix(self) -> str:
