@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.command import refuse, start
 from bench.report import table
 from training.config import TrainConfig
 from training.flags import add_config_flags
@@ -344,16 +345,10 @@ def _with_provenance(result: dict, args: argparse.Namespace, argv: list[str]) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.driver import quiet
-
-    quiet.install()
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    args, argv = start(build_parser(), argv)
     unknown = [v for v in args.variants.split(",") if v not in REFERENCES and v not in VARIANTS]
     if unknown:
-        print(f"error: unknown --variants {unknown}; choose from {[*REFERENCES, *VARIANTS]}",
-              file=sys.stderr)
-        return 2
+        return refuse(f"unknown --variants {unknown}; choose from {[*REFERENCES, *VARIANTS]}")
     result = run(args, argv)
     print(table(result))
     from bench.single import write_json

@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench.command import refuse, start
 from bench.single import device_peak, environment, one_rank, write_json
 from training.config import TrainConfig
 
@@ -189,21 +190,15 @@ def report(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.driver import quiet
-
-    quiet.install()
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    args, argv = start(build_parser(), argv)
     if args.fit:
         rows = recorded_rows(args.fit)
         if not rows:
-            print("error: no measured calibration rows in those files", file=sys.stderr)
-            return 2
+            return refuse("no measured calibration rows in those files")
         print(report(rows))
         return 0
     if args.rows and not all(i.isdigit() and int(i) < len(GRID) for i in args.rows.split(",")):
-        print(f"error: --rows takes numbers 0-{len(GRID) - 1}", file=sys.stderr)
-        return 2
+        return refuse(f"--rows takes numbers 0-{len(GRID) - 1}")
     with one_rank() as device:
         measure(args, device, environment(device, argv, "bench.calibrate"))
     return 0

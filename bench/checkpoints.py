@@ -13,7 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from bench.single import environment, write_json
+from bench.command import start
+from bench.single import environment, local_device, write_json
 
 KIND = "checkpoint"
 MODES = {"sync": "--no-async-checkpoint", "async": "--async-checkpoint"}
@@ -43,12 +44,9 @@ def job_flags(args: argparse.Namespace, mode: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
     from training.driver import cli
 
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    args, argv = start(build_parser(), argv)
     import ray
 
     from training.driver.ray_setup import init_ray
@@ -71,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             print(runs[-1], flush=True)
     finally:
         ray.shutdown()
-    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-    env = environment(device, argv, "bench.checkpoints", args.num_workers)
+    env = environment(local_device(), argv, "bench.checkpoints", args.num_workers)
     write_json({"kind": KIND, "env": env, "settings": vars(args) | {
         "storage_path": str(args.storage_path), "json_out": str(args.json_out)}, "runs": runs},
         args.json_out)

@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.single import environment, write_json
+from bench.command import start
+from bench.single import environment, local_device, write_json
 
 KIND = "emergency-save"
 
@@ -91,11 +92,8 @@ def time_save(shards: dict, local_root: str, storage: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
-    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    args, argv = start(build_parser(), argv)
+    device = local_device()
     shards = rank_shards(args.model, args.world, device)
     runs = []
     for local_root in args.local_dirs.split(","):

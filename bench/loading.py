@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.command import start
+
 WAYS = ("every-rank", "rank0-broadcast")
 
 
@@ -117,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, _ = start(build_parser(), argv)
     if args.table:
         print(table(json.loads(Path(args.table).read_text())))
         return 0

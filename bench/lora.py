@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from bench.calibrate import estimate_inputs
+from bench.command import refuse, start
 from bench.single import device_peak, environment, one_rank, write_json
 from training.config import TrainConfig
 
@@ -137,15 +138,10 @@ def measure_run(cfg: TrainConfig, samples, device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.driver import quiet
-
-    quiet.install()
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    args, argv = start(build_parser(), argv)
     runs = [r for r in args.runs.split(",") if r]
     if not runs or not set(runs) <= set(RUNS):
-        print(f"error: --runs takes {', '.join(RUNS)}", file=sys.stderr)
-        return 2
+        return refuse(f"--runs takes {', '.join(RUNS)}")
     with one_rank() as device, tempfile.TemporaryDirectory(prefix="bench-lora-") as d:
         result = {"kind": KIND, "env": environment(device, argv, "bench.lora"), "rows": [],
                   "settings": {k: v for k, v in vars(args).items() if k != "json_out"}}

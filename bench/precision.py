@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.command import refuse, start
 from bench.single import environment, one_rank, write_json
 from training.config import TrainConfig
 from training.flags import add_config_flags
@@ -215,14 +216,9 @@ def table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.driver import quiet
-
-    quiet.install()
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    args, argv = start(build_parser(), argv)
     if args.steps < 1:
-        print("error: --steps must be at least 1", file=sys.stderr)
-        return 2
+        return refuse("--steps must be at least 1")
     with one_rank() as device:
         result = measure(args, device)
         result["env"] = environment(device, argv, "bench.precision")

@@ -16,14 +16,20 @@ import torch
 import torch.distributed as dist
 
 
+def local_device() -> torch.device:
+    """The device a one-process benchmark measures on: the first GPU, else the CPU (a CPU
+    rehearsal of the same command)."""
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
 @contextlib.contextmanager
 def one_rank() -> Iterator[torch.device]:
     """A world-size-1 process group (NCCL on a GPU, gloo on CPU) around the block."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    device = local_device()
+    cuda = device.type == "cuda"
     if cuda:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}",

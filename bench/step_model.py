@@ -32,6 +32,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.command import start
 from training.step.metrics import PEAK_BF16_TFLOPS, flops_per_token
 
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--md-out", type=Path, default=None, help="append the printed tables, with "
                     "the command and date, to this markdown file (bench/MODEL.md)")
-    args = ap.parse_args(argv)
+    args, argv = start(ap, argv)
     if not args.check and not args.preset:
         ap.error("give --check RESULT.json ... and/or --preset g6.12xlarge-x2")
     out: dict = {}
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(out, indent=2))
     if args.md_out:
-        command = "python -m bench.step_model " + shlex.join(sys.argv[1:] if argv is None else argv)
+        command = "python -m bench.step_model " + shlex.join(argv)
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         if not args.md_out.exists():
             args.md_out.write_text("# Step-time model: checks against measured runs, predictions\n\n"
