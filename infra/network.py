@@ -93,7 +93,7 @@ class Network(pulumi.ComponentResource):
         # vpc-endpoints), reach S3 without the NAT gateway: no per-GB NAT processing charge and
         # no NAT throughput ceiling. A gateway endpoint itself costs nothing. The Ray image comes
         # from ECR Public (public.ecr.aws), which VPC endpoints do not serve (same page): its
-        # pulls still cross the NAT gateway (README, "What runs when").
+        # pulls still cross the NAT gateway (docs/costs.md, "The image path").
         aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=self.vpc.id, service_name=f"com.amazonaws.{region}.s3",
                             vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id], tags=tags,
                             opts=child)

@@ -10,7 +10,7 @@ all launch would bill the ones that did while it waits for the rest.
   maxUnavailable, 1 by default): with a run going, the one-zone GPU group needs 2 more nodes, the
   two-zone system group up to 4.
 - Too little for the nodes themselves: a clear error with the numbers and the request command.
-  Too little only for an update's surge: a warning (no run need go near it: README).
+  Too little only for an update's surge: a warning (no run need go near it: docs/deploying.md, "Quota").
 - Reservations: creating an On-Demand Capacity Reservation fails when "the requested quantity
   exceeds your On-Demand Instance limit for the selected instance family" (EC2 user guide,
   capacity-reservations-create): the quota was checked when it was made, and instances launched

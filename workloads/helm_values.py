@@ -49,7 +49,7 @@ def cluster_autoscaler(cluster_name: pulumi.Input[str], region: str, image_tag: 
         "autoDiscovery": {"clusterName": cluster_name},
         "image": {"repository": CLUSTER_AUTOSCALER_IMAGE, "tag": image_tag},
         # Deployment and service account both named cluster-autoscaler (not release-name-based):
-        # the Pod Identity association and the README's kubectl commands use the name.
+        # the Pod Identity association and the kubectl commands of docs/running-on-eks.md use the name.
         "fullnameOverride": AUTOSCALER_SERVICE_ACCOUNT,
         "rbac": {"serviceAccount": {"name": AUTOSCALER_SERVICE_ACCOUNT}},
         "nodeSelector": dict(SYSTEM_LABELS),

@@ -262,7 +262,7 @@ def test_cluster_autoscaler_release_is_pinned_on_the_system_node_with_its_own_ro
     assoc = dev.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "autoscaler").inputs
     assert (assoc["namespace"], assoc["serviceAccount"]) == ("kube-system", "cluster-autoscaler")
     assert values["rbac"]["serviceAccount"]["name"] == assoc["serviceAccount"]
-    assert values["fullnameOverride"] == "cluster-autoscaler"  # the README's kubectl commands
+    assert values["fullnameOverride"] == "cluster-autoscaler"  # docs/running-on-eks.md's kubectl commands
     assert assoc["roleArn"] == "arn:aws:iam::123456789012:role/autoscaler-role"
     policy = json.loads(dev.one("aws:iam/rolePolicy:RolePolicy", "autoscaler").inputs["policy"])
     actions = {a for s in policy["Statement"] for a in s["Action"]}
