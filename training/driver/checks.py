@@ -1,13 +1,12 @@
 """The driver's checks before Ray starts: model reachable, tokenizer for text, sequence length
-within the model's positions, a batch plan that fits --memory-budget-gib, a resume on the same
-data, and a run that is finished already. Each failure is an InputError naming the flag, before
-any cluster time is spent."""
+within the model's positions, a resume on the same data, and a run that is finished already
+(driver/plan.py calls them in one pass, with the memory check). Each failure is an InputError
+naming the flag, before any cluster time is spent."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,7 @@ from training.data.tokenize import BYTES, Encoder, encoder
 from training.model.loading import ModelError
 
 if TYPE_CHECKING:
-    from training.run.handoff import RunSummary
+    from training.run.handoff import Resume, RunSummary
     from training.storage import Storage
 
 
@@ -31,23 +30,17 @@ def absolute_paths(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, **fixed)
 
 
-def check_model_and_data(cfg: TrainConfig) -> int | None:
-    """Fail before Ray starts: model reachable, tokenizer for text, seq_len within positions,
-    the batch plan within the memory budget. Returns the vocabulary a built-in shape takes from
-    the tokenizer (None: the model's own)."""
+def check_model(cfg: TrainConfig, tokenizer_vocab: int | None):
+    """The model's shape (a PretrainedConfig), reachable, with --seq-len within its positions;
+    a built-in shape takes the tokenizer's vocabulary (`tokenizer_vocab`, None: random tokens)."""
     from training.model.model import is_builtin, max_positions, model_config
 
-    vocab = None
-    if cfg.data not in RANDOM_DATA:
-        tok_vocab = check_data_and_tokenizer(cfg).vocab_size()
-        vocab = tok_vocab if is_builtin(cfg.model) else None
-    config = model_config(cfg.model, vocab)
+    config = model_config(cfg.model, tokenizer_vocab if is_builtin(cfg.model) else None)
     limit = max_positions(config)
     if limit and cfg.seq_len > limit:
         raise ConfigError([f"--seq-len {cfg.seq_len} is beyond the model's {limit} positions "
                            f"(max_position_embeddings); use --seq-len {limit} or less"])
-    check_memory_budget(cfg, config)
-    return vocab
+    return config
 
 
 def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
@@ -70,46 +63,15 @@ def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
                          f"({str(e).splitlines()[0]})") from None
 
 
-def check_memory_budget(cfg: TrainConfig, config) -> None:
-    """A micro-batch that cannot fit --memory-budget-gib even with activation checkpointing is
-    refused here (the batch plan the workers will make, memory.plan_batch), not met as a CUDA
-    out-of-memory error inside a worker. LoRA targets the model lacks fail here too."""
-    from training.model.lora import LoraSpec, count_on_meta
-    from training.step.memory import Footprint, plan_batch
-
-    spec = LoraSpec.from_config(cfg)
-    if cfg.memory_budget_gib is None and spec is None:
-        return
-    num_params, trainable = count_on_meta(config, spec)
-    if cfg.memory_budget_gib is None:
-        return
-    # Plain FSDP unless --hsdp-replicas says otherwise: the driver does not know the nodes yet;
-    # each worker plans again with the mesh it builds (engine.resolve_plan).
-    shard = max(1, cfg.num_workers // (cfg.hsdp_replicas or 1))
-    fp = Footprint(config, num_params, shard, int(cfg.memory_budget_gib * 2**30),
-                   compiled=cfg.compile is not False, world=cfg.num_workers,  # a budget: GPUs
-                   trainable_params=trainable if spec else None,
-                   lora_dropout=bool(spec and spec.dropout))
-    plan_batch(cfg, fp, cfg.num_workers, note=f" (--memory-budget-gib {cfg.memory_budget_gib})")
-
-
 def _data_exists(uri: str) -> bool:
     return "://" in uri or Path(uri).exists()
-
-
-@dataclass(frozen=True)
-class Resume:
-    """The checkpoint a run resumes from, and how its saved settings continue."""
-    checkpoint: str
-    step: int
-    notes: list[str]
 
 
 def check_resume(cfg: TrainConfig, storage: Storage, data_id: str) -> Resume | None:
     """Before Ray starts: refuse to resume a run on other data, and say how its saved
     learning-rate schedule will continue."""
-    from training.run.checkpoint import STATE_FILE, CheckpointError, RunState, latest
-    from training.run.loop import start_state
+    from training.run.checkpoint import STATE_FILE, CheckpointError, RunState, latest, start_state
+    from training.run.handoff import Resume
 
     ckpt = latest(storage.filesystem, storage.run_dir(cfg.name), None)
     if ckpt is None:

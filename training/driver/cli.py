@@ -28,8 +28,7 @@ from training.errors import InputError
 from training.flags import add_config_flags
 
 if TYPE_CHECKING:
-    from training.data.prepare import PreparedData
-    from training.run.handoff import RunSummary, WorkerInputs
+    from training.run.handoff import RunPlan, RunSummary, WorkerInputs
     from training.storage import Storage
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
@@ -113,21 +112,20 @@ def show_preview(cfg: TrainConfig, count: int) -> int:
 
 
 def run(cfg: TrainConfig) -> RunSummary:
-    import dataclasses
-
-    from training.driver import checks, ray_setup
+    from training.driver import checks, placement, ray_setup
+    from training.driver import plan as run_plan
     from training.head import cold_start
     from training.run.handoff import WorkerInputs
 
     job_started = time.time()
-    cfg, vocab, storage, data = _prepare(cfg)
-    resume = checks.check_resume(cfg, storage, data.fingerprint if data else cfg.data)
+    plan, storage = run_plan.build(cfg)  # every check before Ray, in one pass
+    cfg, resume = plan.cfg, plan.resume
     if (done := checks.finished(cfg, storage)) is not None:
         print(f"run {cfg.name!r} finished at step {done.steps} of {cfg.steps} already "
               f"({storage.display(storage.run_dir(cfg.name))}): nothing to train, its results "
               "are left as they are; raise --steps to continue it, or give a new --name",
               flush=True)
-        return _summary(None, storage, cfg, data.data_format if data else cfg.data)
+        return _summary(None, storage, plan)
     if resume:
         print(f"resuming run {cfg.name!r} from {resume.checkpoint} (step {resume.step})",
               flush=True)
@@ -145,45 +143,22 @@ def run(cfg: TrainConfig) -> RunSummary:
         observed = cold_start.observe_here()  # Kubernetes' side of the start, while it is fresh
         cold_start.summarize(observed, {"job_started": job_started, "workers_joined": joined},
                              title="cold start until the workers joined")  # the rest at the end
+        # Before Ray Train starts a worker: the step planned on the mesh the workers will form.
+        plan = run_plan.place(plan, placement.cluster_worker_nodes(use_gpu, cfg.num_workers),
+                              placement.gpu_memory_bytes() if use_gpu else None)
         run_started = _run_started_at(job_started)
         # From the run's start (node boot and image pull included) until every worker is there.
-        inputs = WorkerInputs(cfg, vocab, data, run_started_at=run_started,
-                              waited_for_workers_s=time.time() - run_started,
-                              resumed_from_step=resume.step if resume else None)
+        inputs = WorkerInputs(plan, run_started_at=run_started,
+                              waited_for_workers_s=time.time() - run_started)
         result = _fit(inputs, storage, use_gpu)
     finally:
         if started_here:
             ray.shutdown()
-    summary = _summary(result, storage, cfg, data.data_format if data else cfg.data)
-    summary = dataclasses.replace(summary, cold_start=cold_start.summarize(observed, {
-        "job_started": job_started, "workers_joined": joined, **(summary.cold_start or {})}))
+    summary = _summary(result, storage, plan, lambda marks: cold_start.summarize(
+        observed, {"job_started": job_started, "workers_joined": joined, **marks}))
     if summary.stopped:
         raise JobError(summary.stopped)
     return summary
-
-
-def _prepare(cfg: TrainConfig) -> tuple[TrainConfig, int | None, Storage, PreparedData | None]:
-    """Before Ray starts: the checks, the storage, and the data tokenized (a bad row or token id
-    costs no cluster time) with the steps it implies (--epochs). Returns the settings the run
-    goes on with (paths made absolute, steps derived), the vocabulary a built-in shape takes
-    from the tokenizer, the storage and the prepared data (None: random tokens)."""
-    import dataclasses
-
-    from training.data.prepare import DataPlan, describe
-    from training.driver import checks
-    from training.model.model import model_config
-    from training.storage import check_writable, resolve
-
-    cfg = checks.absolute_paths(cfg)
-    vocab = checks.check_model_and_data(cfg)
-    storage = resolve(cfg.storage_path)
-    check_writable(storage)
-    plan = DataPlan.for_run(cfg, storage)
-    data = plan.build(model_config(cfg.model, vocab).vocab_size) if plan else None
-    if data is not None:
-        cfg = dataclasses.replace(cfg, steps=data.steps)
-    print(data.summary if data else describe(cfg, None, None), flush=True)
-    return cfg, vocab, storage, data
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dict],
@@ -231,7 +206,7 @@ def _fit(inputs: WorkerInputs, storage: Storage, use_gpu: bool):
     from training.run.loop import train_func
     from training.storage import s3_env
 
-    cfg = inputs.cfg
+    cfg = inputs.plan.cfg
     trainer = TorchTrainer(
         train_func,
         train_loop_config=inputs.as_loop_config(),
@@ -260,23 +235,28 @@ def _root_cause(e: BaseException) -> str:
     return (ours or lines or [type(e).__name__])[-1]
 
 
-def _summary(result, storage: Storage, cfg: TrainConfig, data_format: str) -> RunSummary:
-    """The summary rank 0 wrote to the run directory (Ray's Result keeps only checkpointed
-    reports; None: no run now), with the data format and the newest complete checkpoint and its
-    size."""
+def _summary(result, storage: Storage, plan: RunPlan,
+             phases: Callable[[dict], dict | None] | None = None) -> RunSummary:
+    """The run's summary, completed here once: what rank 0 wrote to the run directory (Ray's
+    Result keeps only checkpointed reports; `result` None: no run now) with the data format, the
+    newest complete checkpoint and its size, and (`phases`, a run now) the cold start's phases
+    from the loop's milestones."""
     import dataclasses
 
     from training.driver.checks import saved_summary
     from training.run.checkpoint import latest
     from training.run.handoff import RunSummary
 
+    cfg = plan.cfg
     run_dir = storage.run_dir(cfg.name)
     ckpt = latest(storage.filesystem, run_dir, result.checkpoint if result else None)
+    saved = saved_summary(cfg, storage) or RunSummary()
     return dataclasses.replace(
-        saved_summary(cfg, storage) or RunSummary(), data_format=data_format,
+        saved, data_format=plan.data.data_format if plan.data else cfg.data,
         checkpoint=storage.display(ckpt.path) if ckpt else None,
         checkpoint_gib=_size_gib(storage.filesystem, ckpt.path) if ckpt else None,
-        run_dir=storage.display(run_dir))
+        run_dir=storage.display(run_dir),
+        cold_start=phases(saved.cold_start or {}) if phases else saved.cold_start)
 
 
 def _size_gib(fs, path: str) -> float:

@@ -29,6 +29,7 @@ without the marker, never loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -45,7 +46,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
                                                      set_state_dict)
 
+from training.config import TrainConfig
 from training.step.engine import Engine
+from training.step.schedule import Schedule, resume_schedule
 from training.model.model import tied_aliases
 from training.run.run_files import RunFiles
 
@@ -82,6 +85,25 @@ class RunState:
                 f"checkpoint {where} was written by an older version of the job (no sample "
                 "position or learning-rate schedule): start a new run (another --name, or "
                 "another model/data on a stack) or delete that checkpoint") from None
+
+
+def start_state(cfg: TrainConfig, saved: RunState | None,
+                data_id: str) -> tuple[RunState, Schedule, list[str]]:
+    """Where an attempt starts, its schedule (the saved one, extended to --steps), and the
+    warnings for settings the saved run overrides. Refuses a checkpoint trained on other data:
+    its sample position would mean nothing here. Pure: the driver's resume check before Ray
+    and every worker's start read the same answer."""
+    if saved is None:
+        fresh = Schedule.from_config(cfg)
+        return RunState(step=0, schedule=fresh.to_dict(), data=data_id), fresh, []
+    if saved.data != data_id:
+        raise CheckpointError(
+            f"run {cfg.name!r} was trained on other data ({saved.data}, this run: {data_id}): "
+            "its data position does not apply; use the same --data, --tokenizer, --seq-len and "
+            "--seed, or a new --name")
+    schedule, notes = resume_schedule(saved.schedule, peak=cfg.lr, warmup=cfg.warmup_steps,
+                                      total=cfg.steps, at_step=saved.step)
+    return dataclasses.replace(saved, schedule=schedule.to_dict()), schedule, notes
 
 
 def dir_name(step: int) -> str:

@@ -1,29 +1,67 @@
-"""What the driver and the workers hand each other, typed: the workers' inputs (through Ray
-Train's `train_loop_config`) and the run summary (rank 0 writes it to the run directory, the
-driver completes and prints it). Standard library only, so the driver imports it cheaply."""
+"""What the driver and the workers hand each other, typed: the run plan and the workers' inputs
+(through Ray Train's `train_loop_config`), and the run summary (rank 0 writes it to the run
+directory, the driver completes and prints it). Standard library only, so the driver imports it
+cheaply (the plan's heavier types are annotations only)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.config import TrainConfig
 from training.data.prepare import PreparedData
+from training.run.facts import MetricsRow, RunFacts
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from training.model.lora import LoraSpec
+    from training.step.engine import Plan
 
 SUMMARY_FILE = "summary.json"
 
 
 @dataclass(frozen=True)
+class Resume:
+    """The checkpoint a run resumes from, and how its saved settings continue (the driver's
+    check before Ray: driver/plan.py)."""
+    checkpoint: str
+    step: int
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The run, decided once on the driver before any worker starts (driver/plan.py): the
+    settings it goes on with, the model, the data, the LoRA adapters, the resume, and the step's
+    plan on the mesh the workers will form. The workers use it as given."""
+    cfg: TrainConfig  # paths made absolute, --epochs' steps derived
+    model: PretrainedConfig  # the shape (a built-in one takes the tokenizer's vocabulary)
+    data: PreparedData | None  # None: random tokens
+    lora: LoraSpec | None  # None: full fine-tuning
+    num_params: int  # with the adapters, counted on the meta device
+    trainable_params: int
+    resume: Resume | None = None
+    step: Plan | None = None  # None until placed on the workers' mesh (driver/plan.place)
+
+    @property
+    def data_id(self) -> str:
+        """The data's identity in a checkpoint (a resume on other data is refused)."""
+        return self.data.fingerprint if self.data else self.cfg.data
+
+    @property
+    def resumed_from_step(self) -> int | None:
+        return self.resume.step if self.resume else None
+
+
+@dataclass(frozen=True)
 class WorkerInputs:
     """Everything a worker needs from the driver, decided before Ray Train starts."""
-    cfg: TrainConfig
-    vocab_size: int | None  # the tokenizer's, for a built-in shape trained on text
-    data: PreparedData | None  # None: random tokens
+    plan: RunPlan  # placed: its step plan is set
     run_started_at: float  # wall clock: the run's Ray cluster start (driver.cli._run_started_at)
     waited_for_workers_s: float  # from that start until every worker was there
-    resumed_from_step: int | None = None  # the checkpoint the driver announced resuming from
 
     def as_loop_config(self) -> dict:
         """Ray Train's `train_loop_config` is a dict (TorchTrainer's signature): one entry."""
@@ -36,8 +74,9 @@ class WorkerInputs:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """The job's last stdout line (`python -m training`), one key per field. Rank 0's loop fills
-    what the workers know; the driver adds the data format, the checkpoint and the cold start."""
+    """The job's last stdout line (`python -m training`), one key per field. Rank 0 builds what
+    the workers know (`from_run`); the driver completes it once (cli._summary) with the data
+    format, the checkpoint and the cold start's phases."""
     steps: int | None = None
     first_loss: float | None = None  # the run's first step, across resumes
     last_loss: float | None = None
@@ -81,9 +120,27 @@ class RunSummary:
     exposed_comm_share: float | None = None
 
     @classmethod
-    def pick(cls, values: dict[str, Any]) -> "RunSummary":
-        """The summary's fields out of a wider mapping (a metrics row with the run's facts)."""
-        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
+    def from_run(cls, facts: RunFacts, last: MetricsRow, *, stopped: str | None = None,
+                 export_path: str | None = None) -> "RunSummary":
+        """What the workers know, built here only (rank 0 at the run's end): the run's facts
+        and its last metrics row, with the run's rates rather than the last window's."""
+        link, load = facts.link, facts.load
+        return cls(
+            steps=last.step, first_loss=last.first_loss, last_loss=last.loss,
+            first_eval_loss=last.first_eval_loss, eval_loss=last.eval_loss,
+            tokens_per_s=last.run_tokens_per_s,
+            tokens_per_s_with_checkpoints=last.run_tokens_per_s_with_checkpoints,
+            mfu=last.mfu, peak_mem_gib=last.peak_mem_gib, world_size=facts.world_size,
+            resumed_from_step=facts.resumed_from_step,
+            waited_for_workers_s=facts.waited_for_workers_s,
+            time_to_first_step_s=facts.time_to_first_step_s,
+            cold_start=dict(facts.cold_start_marks), nccl_transport=facts.nccl_transport,
+            efa_preflight=facts.efa_preflight, stopped=stopped, export_path=export_path,
+            load_s=load.load_s if load else None,
+            load_host_rss_gib=load.load_host_rss_gib if load else None,
+            allgather_busbw_gbps=link.allgather_busbw_gbps,
+            allreduce_busbw_gbps=link.allreduce_busbw_gbps, comm_share=link.comm_share,
+            exposed_comm_share=link.exposed_comm_share, **dataclasses.asdict(facts.plan))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import ray.train
 
+from training.run.facts import MetricsRow
 from training.step.metrics import merge_csv, plot_csv
 from training.storage import display_path
 
@@ -50,9 +51,10 @@ class RunFiles:
         text = self._read(name)
         return json.loads(text) if text else None
 
-    def append_metrics(self, rows: list[dict]) -> None:
+    def append_metrics(self, rows: list[MetricsRow]) -> None:
         if rows:
-            self._write("metrics.csv", merge_csv(self._read("metrics.csv"), rows).encode())
+            self._write("metrics.csv", merge_csv(self._read("metrics.csv"),
+                                                 [r.to_dict() for r in rows]).encode())
 
     def plot(self) -> None:
         text = self._read("metrics.csv")

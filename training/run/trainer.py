@@ -18,6 +18,7 @@ from training.data.packing import Batch
 from training.network import device_time
 from training.run import checkpoint, export, tracking
 from training.run.evaluate import Evaluator, perplexity
+from training.run.facts import MetricsRow, RunFacts
 from training.run.handoff import SUMMARY_FILE, RunSummary
 from training.run.hooks import FaultHooks
 from training.run.preemption import Notice, Preemptions
@@ -32,16 +33,17 @@ BatchAt = Callable[[int, int, int], Batch | tuple[torch.Tensor, torch.Tensor]]
 
 
 class Trainer:
-    """The loop's state between steps: the run state, the clock, the guard, the metrics rows not
-    yet in metrics.csv, the saver, and (rank 0) the run files and the tracker."""
+    """The loop's state between steps: the run state, the run's facts, the clock, the guard, the
+    metrics rows not yet in metrics.csv, the saver, and (rank 0) the run files and the
+    tracker."""
 
     def __init__(self, cfg: TrainConfig, engine: Engine, batch_at: BatchAt,
-                 state: checkpoint.RunState, schedule: Schedule, info: dict, rank: int,
+                 state: checkpoint.RunState, schedule: Schedule, facts: RunFacts, rank: int,
                  run_started_at: float | None, evaluator: Evaluator | None, hooks: FaultHooks):
         self.cfg, self.engine, self.batch_at, self.hooks = cfg, engine, batch_at, hooks
-        self.state, self.schedule, self.info, self.rank = state, schedule, info, rank
+        self.state, self.schedule, self.facts, self.rank = state, schedule, facts, rank
         self.run_started_at, self.evaluator = run_started_at, evaluator
-        self.batch, self.world = engine.plan.batch, info["world_size"]
+        self.batch, self.world = engine.plan.batch, facts.world_size
         on_gpu = engine.device.type == "cuda"
         self.peak = peak_flops(torch.cuda.get_device_name(engine.device) if on_gpu else None)
         self.files = RunFiles.from_context() if rank == 0 else None
@@ -49,10 +51,10 @@ class Trainer:
                                       {**cfg.to_dict(), **dataclasses.asdict(engine.plan)})
         self.clock = StepClock(self.batch.tokens_per_step(cfg.seq_len, self.world))
         self.guard = NonFiniteGuard(engine.device)
-        self.pending: list[dict] = []  # metrics rows not yet in metrics.csv
-        self.saved_step = info["resumed_from_step"]
+        self.pending: list[MetricsRow] = []  # not yet in metrics.csv
+        self.saved_step = facts.resumed_from_step
         self.saver = checkpoint.Saver(cfg.async_checkpoint and bool(cfg.checkpoint_every))
-        self.last: dict = {"step": state.step, "first_loss": state.first_loss, **info}  # no step
+        self.last = MetricsRow(step=state.step, first_loss=state.first_loss)  # no step yet
         self.untimed = True  # the window holds the first step (warm-up) or the profiled one
         self.preemptions = Preemptions(bool(cfg.checkpoint_every), rank)
 
@@ -71,7 +73,7 @@ class Trainer:
             if save or evaluate or notice or step in (first, cfg.steps) or \
                     step % cfg.log_every == 0:
                 if (stopped := self.check()) is not None:
-                    self.finish({**self.last, "stopped": stopped})
+                    self.finish(stopped)
                     return
                 row = self.log(step, loss, first=step == first, evaluate=evaluate)
                 if notice:
@@ -79,19 +81,19 @@ class Trainer:
                 elif save:
                     self.save(step, row)
                 else:
-                    ray.train.report(row)
+                    ray.train.report(row.to_dict())
                 self.clock.restart()
                 self.untimed = False
             self.hooks.after_step(step, self.saver)
             if self.hooks.holds(step):
                 self.hold(step)
         self.saver.wait()
-        self.finish(self.last)
+        self.finish()
 
     def evaluate_first(self) -> None:
         first_eval = self.evaluator.loss(self.engine)
         self.state = dataclasses.replace(self.state, first_eval_loss=first_eval)
-        self.pending.append({"step": 0, "eval_loss": first_eval})
+        self.pending.append(MetricsRow(step=0, eval_loss=first_eval))
         if self.rank == 0:
             print(f"step 0/{self.cfg.steps}  eval loss {first_eval:.4f}  "
                   f"perplexity {perplexity(first_eval):.2f}", flush=True)
@@ -105,10 +107,10 @@ class Trainer:
                                      self.cfg.grad_clip)
         if profile:
             loss, shares = device_time.profile_step(run_step, self.engine.device)
-            self.info.update(shares)
+            self.facts.link.update(shares)
             self.untimed = True
             if self.rank == 0:
-                print(device_time.link_report(self.info), flush=True)
+                print(device_time.link_report(self.facts.link.to_dict()), flush=True)
         else:
             loss = run_step()
         self.guard.observe(step, loss, self.engine.grad_norm)
@@ -128,51 +130,47 @@ class Trainer:
             return str(e)
         return None
 
-    def log(self, step: int, loss: torch.Tensor, *, first: bool, evaluate: bool) -> dict:
+    def log(self, step: int, loss: torch.Tensor, *, first: bool, evaluate: bool) -> MetricsRow:
         """The step's metrics row (evaluated when due): kept for metrics.csv, tracked, printed."""
         loss_value = mean_across_ranks(loss)  # syncs the device, so the clock is honest
-        if first and self.run_started_at is not None:  # wall clock: the run began on another
-            self.info["time_to_first_step_s"] = time.time() - self.run_started_at  # node
-        if first:
-            self.info["cold_start_marks"]["first_step"] = time.time()
+        if first:  # wall clock: the run began on another node
+            self.facts.first_step_done(time.time(), self.run_started_at)
         step_time = self.clock.lap(untimed=self.untimed)
-        evaluated = {"eval_loss": self.evaluator.loss(self.engine)} if evaluate else {}
+        eval_loss = self.evaluator.loss(self.engine) if evaluate else None
         if self.state.first_loss is None:
             self.state = dataclasses.replace(self.state, first_loss=loss_value)
-        row = self.last = self._row(step, loss_value, step_time, evaluated)
+        row = self.last = self._row(step, loss_value, step_time, eval_loss)
         self.pending.append(row)
-        self.tracker.log({k: v for k, v in row.items() if k not in self.info}, step)
+        self.tracker.log(row.to_dict(), step)
         if self.rank == 0:
             print(_progress_line(row, self.cfg.steps), flush=True)
         return row
 
-    def _row(self, step: int, loss_value: float, step_time: float, evaluated: dict) -> dict:
+    def _row(self, step: int, loss_value: float, step_time: float,
+             eval_loss: float | None) -> MetricsRow:
         tps, device = self.clock.tokens_per_step / step_time, self.engine.device
-        return {
-            "step": step, "loss": loss_value, "first_loss": self.state.first_loss,
-            "lr": self.schedule.lr(step), "grad_norm": float(self.engine.grad_norm),
-            "step_time_s": step_time, "tokens_per_s": tps,
-            "tokens_per_s_per_worker": tps / self.world,
-            "mfu": mfu(tps / self.world, self.engine.flops_per_token, self.peak),
-            "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30
+        return MetricsRow(
+            step=step, loss=loss_value, first_loss=self.state.first_loss,
+            lr=self.schedule.lr(step), grad_norm=float(self.engine.grad_norm),
+            step_time_s=step_time, tokens_per_s=tps, tokens_per_s_per_worker=tps / self.world,
+            mfu=mfu(tps / self.world, self.engine.flops_per_token, self.peak),
+            peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30
             if device.type == "cuda" else None,
-            "run_tokens_per_s": self.clock.run_rate(fallback=tps),
-            "run_tokens_per_s_with_checkpoints": self.clock.wall_rate(),
-            "first_eval_loss": self.state.first_eval_loss, **evaluated,
-            **self.info,
-        }
+            run_tokens_per_s=self.clock.run_rate(fallback=tps),
+            run_tokens_per_s_with_checkpoints=self.clock.wall_rate(),
+            first_eval_loss=self.state.first_eval_loss, eval_loss=eval_loss)
 
-    def save(self, step: int, row: dict, now: bool = False) -> None:
+    def save(self, step: int, row: MetricsRow, now: bool = False) -> None:
         """Collective: this step's checkpoint (`now`: complete before returning)."""
         if self.files:
             self.files.append_metrics(self.pending)
             self.pending = []
         if self.hooks.stalls(step):
             self.saver.stall_next_upload()
-        (self.saver.save_now if now else self.saver.save)(self.engine, self.state, row)
+        (self.saver.save_now if now else self.saver.save)(self.engine, self.state, row.to_dict())
         self.saved_step = step
 
-    def save_for(self, notice: Notice, step: int, row: dict) -> None:
+    def save_for(self, notice: Notice, step: int, row: MetricsRow) -> None:
         """Collective: a preemption's checkpoint of this step, then Ray Train is told to restart
         the workers from it; training goes on until it does (or the run ends first)."""
         self.preemptions.save(notice, functools.partial(self.save, step, row, now=True), step)
@@ -187,17 +185,17 @@ class Trainer:
             time.sleep(0.2)
         raise RuntimeError(f"--hold-at-step {step}: no preemption came")
 
-    def finish(self, last: dict) -> None:
-        """Collective: the run's last files. Only a run that did not stop early is exported; the
-        summary goes to the tracker (with the plot and the export's path) before it is written."""
-        stopped = last.get("stopped")
+    def finish(self, stopped: str | None = None) -> None:
+        """Collective: the run's last files. Only a run that did not stop early (`stopped`: why
+        it did) is exported; the summary goes to the tracker (with the plot and the export's
+        path) before it is written."""
         path = export.export(self.engine, self.cfg, self.files) \
             if self.cfg.export and not stopped else None
         if self.files is None:
             return
         self.files.append_metrics(self.pending)
         self.files.plot()
-        summary = summarize(last, path)
+        summary = RunSummary.from_run(self.facts, self.last, stopped=stopped, export_path=path)
         self.tracker.finish({SUMMARY_FILE: summary.to_json().encode(),
                              "metrics.png": self.files.read_bytes("metrics.png")},
                             {"export_path": path} if path else {}, failed=bool(stopped))
@@ -205,19 +203,9 @@ class Trainer:
             summary, **self.tracker.summary()).to_dict())
 
 
-def summarize(last: dict, export_path: str | None) -> RunSummary:
-    """The run summary from the last metrics row (with the run's facts): the run's rates, not
-    the last window's."""
-    return RunSummary.pick({
-        **last, "steps": last["step"], "last_loss": last.get("loss"),
-        "tokens_per_s": last.get("run_tokens_per_s"),
-        "tokens_per_s_with_checkpoints": last.get("run_tokens_per_s_with_checkpoints"),
-        "cold_start": last.get("cold_start_marks"), "export_path": export_path})
-
-
-def _progress_line(row: dict, steps: int) -> str:
-    mfu_text = f"  mfu {row['mfu']:.3f}" if row["mfu"] is not None else ""
-    eval_text = (f"  eval loss {row['eval_loss']:.4f}  perplexity "
-                 f"{perplexity(row['eval_loss']):.2f}" if "eval_loss" in row else "")
-    return (f"step {row['step']}/{steps}  loss {row['loss']:.4f}  lr {row['lr']:.2e}  "
-            f"tokens/s {row['tokens_per_s']:,.0f}{mfu_text}{eval_text}")
+def _progress_line(row: MetricsRow, steps: int) -> str:
+    mfu_text = f"  mfu {row.mfu:.3f}" if row.mfu is not None else ""
+    eval_text = (f"  eval loss {row.eval_loss:.4f}  perplexity "
+                 f"{perplexity(row.eval_loss):.2f}" if row.eval_loss is not None else "")
+    return (f"step {row.step}/{steps}  loss {row.loss:.4f}  lr {row.lr:.2e}  "
+            f"tokens/s {row.tokens_per_s:,.0f}{mfu_text}{eval_text}")

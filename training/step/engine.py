@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -20,7 +20,7 @@ from training.model.loss import label_count
 from training.step.metrics import flops_per_token
 from training.model.model import CausalLMWithLoss, build_model, count_params, is_builtin
 from training.step.memory import BatchPlan, Footprint, fits, plan_batch
-from training.step.mesh import build_mesh
+from training.step.mesh import MeshLayout, build_mesh
 from training.step.parallelize import shard_model
 from training.step.schedule import Schedule
 
@@ -38,9 +38,26 @@ class Plan:
     accum_dtype: str  # what the unsharded gradients accumulate in across micro-batches
 
     @property
+    def replicas(self) -> int:
+        """The mesh's replica count (HSDP groups; 1 is plain FSDP)."""
+        return int(self.mesh.split("x")[0])
+
+    @property
     def batch(self) -> BatchPlan:
         """The batch part of the plan (memory.plan_batch's), what the loop and evaluation read."""
         return BatchPlan(self.micro_batch_size, self.grad_accum)
+
+
+@dataclass(frozen=True)
+class Load:
+    """Pretrained weights: read on rank 0, broadcast and sharded (model/loading.load_sharded)."""
+    load_s: float
+    load_host_rss_gib: list[float]  # peak host RSS per rank after it
+
+    @classmethod
+    def of(cls, measured: dict) -> "Load":
+        """From load_sharded's measurement (its keys are these fields)."""
+        return cls(measured["load_s"], measured["load_host_rss_gib"])
 
 
 @dataclass
@@ -53,17 +70,22 @@ class Engine:
     plan: Plan
     mesh: DeviceMesh | None = None
     grad_norm: torch.Tensor | None = None  # of the last train_step
-    load: dict = field(default_factory=dict)  # pretrained weights: seconds, host RSS per rank
+    load: Load | None = None  # pretrained weights: seconds, host RSS per rank
     lora: lora.LoraSpec | None = None  # None: full fine-tuning
     trainable_params: int = 0  # what gets gradients and Adam state (LoRA: the adapters)
 
 
 def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device,
-                 policy: MixedPrecisionPolicy | None = None) -> Engine:
+                 policy: MixedPrecisionPolicy | None = None, *, plan: Plan | None = None,
+                 spec: lora.LoraSpec | None = None) -> Engine:
     """Build, shard and wrap the model and its AdamW (fused on GPU) for the default process
-    group; `policy` overrides the device's mixed precision (bf16 on CPU, for tests)."""
+    group; `policy` overrides the device's mixed precision (bf16 on CPU, for tests). A job's
+    worker passes the driver's `plan` and LoRA `spec` (driver/plan.py), used as given: the mesh
+    is the plan's. Without a plan (the benchmark, tests) the engine plans for itself, the same
+    way (`plan_step`), on its own mesh and device, with the adapters of `cfg`."""
     started = time.perf_counter()
-    spec = lora.LoraSpec.from_config(cfg)
+    if plan is None:
+        spec = lora.LoraSpec.from_config(cfg)
     # A frozen LoRA base needs no fp32 master copy: bf16 wherever compute is bf16.
     base_dtype = torch.bfloat16 if spec and (device.type == "cuda" or policy) else torch.float32
     lm = build_model(cfg.model, model_cfg, seed=cfg.seed, device=device,  # meta if pretrained
@@ -74,26 +96,39 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
         prepare(lm)
     num_params = count_params(lm)
     trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    mesh, layout = build_mesh(cfg.hsdp_replicas, device)
+    mesh, layout = build_mesh(plan.replicas if plan else cfg.hsdp_replicas, device)
     limit = memory_limit_bytes(cfg, device)  # also enforces --memory-budget-gib
-    compiled = device.type == "cuda" if cfg.compile is None else cfg.compile
-    fp = Footprint(model_cfg, num_params, layout.shard_size, limit, compiled, world,
-                   trainable if spec else None, bool(spec and spec.dropout))
-    plan = resolve_plan(cfg, fp, world, layout.shape, on_gpu=device.type == "cuda")
+    if plan is None:
+        plan = plan_step(cfg, model_cfg, (num_params, trainable), spec, layout, limit,
+                         on_gpu=device.type == "cuda")
     model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens, compile_loss=plan.compile)
     shard_model(model, device, mesh=mesh, reshard_after_forward=plan.reshard_after_forward,
                 activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile,
                 reduce_dtype=plan.reduce_dtype, accum_dtype=plan.accum_dtype,
                 prefetch_layers=cfg.prefetch_layers, policy=policy)
-    load = {} if is_builtin(cfg.model) else loading.load_sharded(model, loading.rank0_state(
-        cfg.model, model_cfg, dist.get_rank(), base_dtype, prepare), device, started)
+    load = None if is_builtin(cfg.model) else Load.of(loading.load_sharded(
+        model, loading.rank0_state(cfg.model, model_cfg, dist.get_rank(), base_dtype, prepare),
+        device, started))
     optimizer = _adamw(cfg, [p for p in model.parameters() if p.requires_grad], device)
     # Frozen weights get no weight gradient: 4 instead of 6 FLOPs a parameter and token.
     fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size,
                           cfg.seq_len) - 2.0 * (num_params - trainable)
     return Engine(model, optimizer, device, num_params, fpt, plan, mesh, load=load, lora=spec,
                   trainable_params=trainable)
+
+
+def plan_step(cfg: TrainConfig, model_cfg: PretrainedConfig, counts: tuple[int, int],
+              spec: lora.LoraSpec | None, layout: MeshLayout, limit: int | None, *,
+              on_gpu: bool, headroom: float = 1.0, note: str = "") -> Plan:
+    """The step's plan (`resolve_plan`) for a model of `counts` (all parameters, trainable ones)
+    sharded as `layout` says, within `limit` bytes a GPU (None: CPU, no limit). One function for
+    the job's driver, which plans before any worker starts, and a standalone engine."""
+    num_params, trainable = counts
+    compiled = on_gpu if cfg.compile is None else cfg.compile
+    world = layout.replicas * layout.shard_size
+    fp = Footprint(model_cfg, num_params, layout.shard_size, limit, compiled, world,
+                   trainable if spec else None, bool(spec and spec.dropout))
+    return resolve_plan(cfg, fp, world, layout.shape, on_gpu=on_gpu, headroom=headroom, note=note)
 
 
 def _adamw(cfg: TrainConfig, params: list, device: torch.device) -> torch.optim.Optimizer:
@@ -105,15 +140,16 @@ def _adamw(cfg: TrainConfig, params: list, device: torch.device) -> torch.optim.
         lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
 
 
-def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_gpu: bool) -> Plan:
+def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_gpu: bool,
+                 headroom: float = 1.0, note: str = "") -> Plan:
     """Resolve the defaults: micro-batch and accumulation from --tokens-per-step (memory.plan_batch);
     checkpoint activations only when memory needs it; keep the gathered weights between forward
     and backward (ZeRO-2, fewer all-gathers, and across micro-batches) only when their bf16 copy
     fits without checkpointing; compile on GPU, where eager Hugging Face layers under FSDP2 are
     CPU-bound (bench/NOTES.md), not on CPU, where compiling costs more than a laptop run gains.
-    Explicit settings always win."""
-    # Over the whole limit even at the frugal end: certain OOM, refused with the fix instead.
-    batch = plan_batch(cfg, fp, world, headroom=1.0)
+    Explicit settings always win. Refused (memory.plan_batch, `note` appended) when even the
+    frugal end exceeds `headroom` of the limit: by default the whole limit, a certain OOM."""
+    batch = plan_batch(cfg, fp, world, headroom=headroom, note=note)
     micro, accum = batch.micro_batch_size, batch.grad_accum
     checkpointing = cfg.activation_checkpointing
     if checkpointing is None:

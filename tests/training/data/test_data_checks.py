@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from training.driver import cli
+from training.driver import plan as run_plan
 from training.run import checkpoint
 from training.data.cache import ID_MASK, TokenCache, fingerprint
 from training.data.packing import Samples
@@ -138,12 +139,13 @@ def test_epochs_derive_the_steps_from_the_samples_and_the_batch(tmp_path, capsys
 
     flags = ["--local", "--storage-path", str(tmp_path / "runs"), "--tokenizer", BYTES,
              "--data", str(SHIPPED), "--seq-len", "64", "--micro-batch-size", "3"]
-    cfg, _, _, data = cli._prepare(cli.parse([*flags, "--epochs", "1.5"]))
+    plan, _ = run_plan.build(cli.parse([*flags, "--epochs", "1.5"]))
+    cfg, data = plan.cfg, plan.data
     index = TokenCache(pafs.LocalFileSystem(), data.directory, "").index()
     per_step = 2 * 3  # two workers of three sequences
     assert cfg.steps == data.steps == -(-3 * index["samples"] // (2 * per_step))  # rounded up
     assert f"{cfg.steps} steps of 6 samples = 1.50 epochs" in capsys.readouterr().out
-    cfg, _, _, _ = cli._prepare(cli.parse([*flags, "--steps", "7"]))
+    cfg = run_plan.build(cli.parse([*flags, "--steps", "7"]))[0].cfg
     assert cfg.steps == 7 and f"7 steps of 6 samples = {42 / index['samples']:.2f} epochs" in \
         capsys.readouterr().out
 

@@ -109,7 +109,7 @@ def test_pretrained_weights_are_read_by_rank0_only_and_shard_to_exactly_from_pre
         assert r["tied"]  # one parameter, still: training updates both uses together
         assert torch.equal(r["inv_freq"], ref.model.rotary_emb.inv_freq)  # in no state dict
         assert torch.equal(r["logits"], ref_logits)
-        assert len(r["load"]["load_host_rss_gib"]) == 2 and r["load"]["load_s"] > 0
+        assert len(r["load"].load_host_rss_gib) == 2 and r["load"].load_s > 0
 
 
 def _train_and_export(root: str) -> dict:

@@ -6,7 +6,7 @@ import pytest
 
 from training.run import checkpoint
 from training.config import TrainConfig
-from training.run.loop import start_state
+from training.run.checkpoint import start_state
 from training.step.schedule import Schedule, resume_schedule
 
 
