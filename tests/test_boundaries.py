@@ -83,7 +83,8 @@ def test_training_imports_no_deployment_code_and_no_benchmark():
         assert not bad, (m, bad)
 
 
-STDLIB_MODULES = ("training.config", "training.flags", "training.errors", "training.settings")
+STDLIB_MODULES = ("training.config", "training.field_types", "training.flags", "training.errors",
+                  "training.settings")
 
 
 @pytest.mark.parametrize("module", STDLIB_MODULES)

@@ -1,52 +1,75 @@
-"""The job's command line, both ways: TrainConfig fields -> argparse flags (for `python -m
+"""The job's command line, both ways: TrainConfig's options -> argparse flags (for `python -m
 training` and `python -m bench`) and a TrainConfig -> the flags that reproduce it (for the RayJob
-entrypoint). Standard library only, so the Pulumi program renders entrypoints without torch or ray.
+entrypoint). Each flag's type and choices are its field's annotation (training.field_types).
+Standard library only, so the Pulumi program renders entrypoints without torch or ray.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import typing
+import functools
+import inspect
 
-from training.config import TrainConfig, flag_name
+from training.config import Option, TrainConfig, flag_name, options
+from training.field_types import choices, value_type
 
 
 def flag(name: str) -> str:
     return "--" + flag_name(name)
 
 
+class _IntoGroup(argparse.Action):
+    """Stores a grouped option (a test hook) into its group's dataclass under the group's
+    name, so the parsed namespace holds TrainConfig's own fields (`test_hooks=TestHooks(...)`),
+    and an untouched group stays None like every flag not given."""
+
+    def __init__(self, *args, option: Option, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.option = option
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        current = getattr(namespace, self.dest) or self.option.owner()
+        setattr(namespace, self.dest, dataclasses.replace(current, **{self.option.name: values}))
+
+
 def add_config_flags(ap: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
-    """One flag per TrainConfig field (or the `names` given), typed and documented from the
-    field, defaulting to None so that only what the user gave overrides a default."""
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        if names is not None and f.name not in names:
+    """One flag per TrainConfig option (or the `names` given), typed and documented from the
+    field, defaulting to None so that only what the user gave overrides a default. A group's
+    options (the test hooks) are listed apart in --help."""
+    groups = {}
+    for option in options():
+        if names is not None and option.name not in names:
             continue
-        help_text = (argparse.SUPPRESS if f.metadata.get("hidden")
-                     else f"{f.metadata['help']} (default: {f.default})")
-        hint = hints[f.name]
-        if hint in (bool, bool | None):
-            ap.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None,
-                            help=help_text)
-        elif typing.get_origin(hint) is typing.Literal:
-            ap.add_argument(flag(f.name), choices=typing.get_args(hint), default=None,
-                            help=help_text)
+        kwargs = {"default": None, "help": f"{option.field.metadata['help']} (default: "
+                                           f"{option.field.default})"}
+        if value_type(option.hint) is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif choices(option.hint):
+            kwargs["choices"] = choices(option.hint)
         else:
-            base = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
-            ap.add_argument(flag(f.name), type=base, default=None, help=help_text)
+            kwargs["type"] = value_type(option.hint)
+        if option.group is None:
+            ap.add_argument(flag(option.name), **kwargs)
+            continue
+        if option.group not in groups:  # titled by its name, described by its docstring
+            groups[option.group] = ap.add_argument_group(
+                option.group.replace("_", " "), inspect.getdoc(option.owner).split("\n\n")[0])
+        groups[option.group].add_argument(
+            flag(option.name), dest=option.group, metavar=option.name.upper(),
+            action=functools.partial(_IntoGroup, option=option), **kwargs)
 
 
 def render(cfg: TrainConfig) -> list[str]:
-    """The flags that turn the defaults into `cfg`: every field that differs from its default,
-    in field order (`--x`/`--no-x` for booleans). Parsing them gives `cfg` back."""
+    """The flags that turn the defaults into `cfg`: every option that differs from its default,
+    in option order (`--x`/`--no-x` for booleans). Parsing them gives `cfg` back."""
     args: list[str] = []
-    for f in dataclasses.fields(TrainConfig):
-        value = getattr(cfg, f.name)
-        if value == f.default or value is None:
+    for option in options():
+        value = option.value(cfg)
+        if value == option.field.default or value is None:
             continue
         if isinstance(value, bool):
-            args.append(flag(f.name) if value else "--no-" + flag_name(f.name))
+            args.append(flag(option.name) if value else "--no-" + flag_name(option.name))
         else:
-            args += [flag(f.name), repr(value) if isinstance(value, float) else str(value)]
+            args += [flag(option.name), repr(value) if isinstance(value, float) else str(value)]
     return args

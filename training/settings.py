@@ -5,14 +5,13 @@ with it before any resource."""
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
-import typing
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
-from training.config import TrainConfig, exclusive, flag_name
+from training.config import TrainConfig, build, exclusive, options
 from training.errors import ConfigError
+from training.field_types import accepted, expected, fits
 
 
 def setting_key(name: str) -> str:
@@ -30,48 +29,42 @@ def closest(key: str, known: list[str], prefix: str = "") -> str:
 def from_settings(settings: Mapping[str, Any], prefix: str = "",
                   owned_elsewhere: Mapping[str, str] | None = None,
                   fixed: Mapping[str, Any] | None = None) -> TrainConfig:
-    """A validated TrainConfig from camelCase settings (a stack's `training` object), every
-    problem at once, each naming `<prefix><key>` and its flag. `owned_elsewhere` maps the fields
-    the caller sets itself to where they come from; setting one here is a problem. `fixed` holds
-    the values the caller will set (e.g. the worker count), so checks that depend on them run now."""
+    """A validated TrainConfig from camelCase settings (a stack's `training` object: one key per
+    flag, the test hooks' too), every problem at once, each naming `<prefix><key>` and its flag.
+    `owned_elsewhere` maps the fields the caller sets itself to where they come from; setting
+    one here is a problem. `fixed` holds the values the caller will set (e.g. the worker
+    count), so checks that depend on them run now."""
     owned = {setting_key(k): v for k, v in (owned_elsewhere or {}).items()}
-    fields = {setting_key(f.name): f for f in dataclasses.fields(TrainConfig)
-              if setting_key(f.name) not in owned}
-    hints = typing.get_type_hints(TrainConfig)
+    keys = {setting_key(o.name): o for o in options() if setting_key(o.name) not in owned}
     problems, values = [], {}
     for key, value in settings.items():
-        f = fields.get(key)
+        option = keys.get(key)
         if key in owned:
             problems.append(f"{prefix}{key}: not a setting here; {owned[key]}")
             continue
-        if f is None:
-            problems.append(f"{prefix}{key}: unknown key{closest(key, list(fields), prefix)} "
-                            f"(known: {', '.join(fields)})")
+        if option is None:
+            listed = ", ".join(k for k, o in keys.items() if o.group is None)
+            problems.append(f"{prefix}{key}: unknown key{closest(key, list(keys), prefix)} "
+                            f"(known: {listed})")
             continue
-        allowed = _allowed(hints[f.name])
-        value = _number_from_text(value, allowed)
-        if not any(_is(value, t) for t in allowed):
-            names = " or ".join(_type_name(t) for t in allowed)
-            problems.append(f"{prefix}{key}: expected {names}, got {value!r}")
+        value = _number_from_text(value, accepted(option.hint))
+        if not fits(option.hint, value):
+            problems.append(f"{prefix}{key}: expected {expected(option.hint)}, got {value!r}")
             continue
-        values[f.name] = float(value) if float in allowed and isinstance(value, int) else value
+        widen = float in accepted(option.hint) and isinstance(value, int)
+        values[option.name] = float(value) if widen else value
     if problems:
         raise ConfigError(problems)
-    cfg = TrainConfig(**values, **(fixed or {}))
-    flag_to_key = {f"--{flag_name(f.name)}": setting_key(f.name) for f in dataclasses.fields(TrainConfig)}
-    found = [re.sub(r"^(--[a-z0-9-]+)", lambda m: f"{prefix}{flag_to_key.get(m[1], m[1])} ({m[1]})", p)
-             for p in cfg.problems() + exclusive(values)]
+    cfg = build({**values, **(fixed or {})})
+    flag_to_key = {o.flag: setting_key(o.name) for o in options()}
+
+    def named(flag: re.Match) -> str:  # `--grad-accum` -> `training.gradAccum (--grad-accum)`
+        return f"{prefix}{flag_to_key.get(flag[1], flag[1])} ({flag[1]})"
+
+    found = [re.sub(r"^(--[a-z0-9-]+)", named, p) for p in cfg.problems() + exclusive(values)]
     if found:
         raise ConfigError(found)
     return cfg
-
-
-def _allowed(hint) -> tuple:
-    """The accepted value types of a field's hint; a Literal's values stand for themselves."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) is Literal:
-        return args
-    return args if args else (hint,)
 
 
 def _number_from_text(value: Any, allowed: tuple) -> Any:
@@ -85,19 +78,3 @@ def _number_from_text(value: Any, allowed: tuple) -> Any:
                 except ValueError:
                     pass
     return value
-
-
-def _is(value: Any, t) -> bool:
-    if t is type(None):
-        return value is None
-    if not isinstance(t, type):  # a Literal value
-        return value == t
-    if t in (int, float) and isinstance(value, bool):
-        return False
-    return isinstance(value, t) or (t is float and isinstance(value, int))
-
-
-def _type_name(t) -> str:
-    if t is type(None):
-        return "null"
-    return t.__name__ if isinstance(t, type) else repr(t)

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from training.driver.cli import parse
-from training.config import TrainConfig
+from training.config import TestHooks, TrainConfig
 from training.flags import render
 
 
@@ -17,7 +17,8 @@ from training.flags import render
                 reshard_after_forward=True, memory_budget_gib=22.0, expect_transport="efa",
                 on_fallback="warn", export=True, use_gpu=True, address="auto",
                 storage_path="s3://bucket/runs", name="ray-train-dev-run-1234abcd"),
-    TrainConfig(activation_checkpointing=True, grad_clip=0.0, warmup_steps=0, fault_at_step=3),
+    TrainConfig(activation_checkpointing=True, grad_clip=0.0, warmup_steps=0,
+                test_hooks=TestHooks(fault_at_step=3)),
 ], ids=["defaults", "cluster", "edges"])
 def test_parse_of_render_is_identity(cfg):
     assert parse(render(cfg)) == cfg

@@ -279,17 +279,14 @@ def _non_default(f, hint):
 def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(code):
     """The stack's `training` object is the job's flags in camelCase: set every one of them to a
     non-default value, and the entrypoint parses back to exactly those values."""
-    import typing
-
     from stack.parse import SET_BY_THE_STACK
     from training.driver.cli import parse as parse_flags
-    from training.config import TrainConfig
+    from training.config import options
     from training.settings import setting_key
 
-    hints = typing.get_type_hints(TrainConfig)
     # --load-in-4bit exists to be refused with the reason (QLoRA is not supported).
-    wanted = {f.name: _non_default(f, hints[f.name]) for f in dataclasses.fields(TrainConfig)
-              if f.name not in {*SET_BY_THE_STACK, "load_in_4bit"}}
+    wanted = {o.name: _non_default(o.field, o.hint) for o in options()
+              if o.name not in {*SET_BY_THE_STACK, "load_in_4bit"}}
     # One evaluation set at a time: --eval-data takes the place of --eval-fraction; and
     # --epochs the place of --steps.
     exclusive = {"eval_fraction": wanted.pop("eval_fraction"), "epochs": wanted.pop("epochs")}
@@ -298,7 +295,7 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
         cfg = stack(training=json.dumps({setting_key(k): v for k, v in settings.items()}))
         args = shlex.split(build_rayjob(cfg, code, S3)["spec"]["entrypoint"])
         job = parse_flags(args[3:])
-        assert {k: getattr(job, k) for k in settings} == settings
+        assert {o.name: o.value(job) for o in options() if o.name in settings} == settings
         assert job.num_workers == cfg.num_workers and job.storage_path == S3 and job.use_gpu
 
 

@@ -1,8 +1,9 @@
-"""Test hooks (hidden flags), called by the loop at named points: before a step (--nan-at-step)
-and after it (--fault-at-step, --fault-in-save-at-step, --hold-at-step), and at a save
-(--stall-upload-at-step). The fault hooks fire only in a fresh run, so that a retried attempt
-shows whether the job recovered; the preemption hooks once per run (a marker in the run
-directory's test-hooks/, which also tells a test where and when they fired)."""
+"""Test hooks (TrainConfig.test_hooks: flags of their own group, no settings of a run), called
+by the loop at named points: before a step (--nan-at-step) and after it (--fault-at-step,
+--fault-in-save-at-step, --hold-at-step), and at a save (--stall-upload-at-step). The fault hooks
+fire only in a fresh run, so that a retried attempt shows whether the job recovered; the
+preemption hooks once per run (a marker in the run directory's test-hooks/, which also tells a
+test where and when they fired)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import ray.train.collective
 import torch
 from torch.distributed.tensor import DTensor
 
-from training.config import TrainConfig
+from training.config import TestHooks, TrainConfig
 from training.run.checkpoint import Saver
 from training.run.run_files import RunFiles
 from training.step.engine import Engine
@@ -24,24 +25,19 @@ from training.step.engine import Engine
 
 @dataclass(frozen=True)
 class FaultHooks:
-    nan_at_step: int | None
-    fault_at_step: int | None
-    fault_in_save_at_step: int | None
+    """The run's test hooks as one rank fires them."""
+    given: TestHooks
     fresh: bool  # this attempt did not resume from a checkpoint
     dies: bool  # the rank that dies: the last one
-    hold_at_step: int | None = None
-    stall_upload_at_step: int | None = None
     rank: int = 0
 
     @classmethod
     def for_rank(cls, cfg: TrainConfig, resumed: bool, rank: int, world: int) -> "FaultHooks":
-        return cls(cfg.nan_at_step, cfg.fault_at_step, cfg.fault_in_save_at_step,
-                   fresh=not resumed, dies=rank == world - 1, hold_at_step=cfg.hold_at_step,
-                   stall_upload_at_step=cfg.stall_upload_at_step, rank=rank)
+        return cls(cfg.test_hooks, fresh=not resumed, dies=rank == world - 1, rank=rank)
 
     def before_step(self, step: int, engine: Engine) -> None:
         """--nan-at-step: turn one weight shard into NaN, as a diverging run would."""
-        if self.nan_at_step == step and self.fresh:
+        if self.given.nan_at_step == step and self.fresh:
             with torch.no_grad():
                 p = next(engine.model.parameters())
                 (p.to_local() if isinstance(p, DTensor) else p).fill_(float("nan"))
@@ -50,15 +46,16 @@ class FaultHooks:
         """The last rank dies once, at the end of that step with no grace period:
         --fault-at-step right after its checkpoint completed (when it saves one),
         --fault-in-save-at-step while its asynchronous checkpoint is still in flight."""
-        if self.fault_at_step == step:
+        given = self.given
+        if given.fault_at_step == step:
             saver.wait()  # collective: every rank completes the save first
-        if step in (self.fault_at_step, self.fault_in_save_at_step) and self.fresh and self.dies:
+        if step in (given.fault_at_step, given.fault_in_save_at_step) and self.fresh and self.dies:
             os._exit(17)
 
     def holds(self, step: int) -> bool:
         """Collective at the --hold-at-step step: whether training waits here for a preemption
         (once per run)."""
-        if self.hold_at_step != step:
+        if self.given.hold_at_step != step:
             return False
         return ray.train.collective.broadcast_from_rank_zero(
             self.rank == 0 and _claim(f"held-at-step-{step}"))
@@ -66,7 +63,7 @@ class FaultHooks:
     def stalls(self, step: int) -> bool:
         """--stall-upload-at-step: whether this rank's upload of this step never ends (rank 0,
         once per run; the other ranks' uploads then wait for it)."""
-        return self.stall_upload_at_step == step and self.rank == 0 and \
+        return self.given.stall_upload_at_step == step and self.rank == 0 and \
             _claim(f"stalled-upload-{step}")
 
 

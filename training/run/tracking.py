@@ -16,7 +16,6 @@ environment sets them), and `finish` waits at most FINISH_TIMEOUT_S for the thre
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -27,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from training.config import TrainConfig
 from training.run.run_files import RunFiles
 
 RUN_FILE = "mlflow.json"
@@ -55,13 +53,10 @@ class Tracker:
 
 def start(uri: str | None, files: RunFiles | None, run_name: str, params: dict) -> Tracker:
     """The tracker of rank 0 (`files` given) when a tracking URI is set; a no-op otherwise. The
-    test hooks (TrainConfig's hidden fields: --fault-at-step, --nan-at-step, ...) are no
-    settings of a run and are not tracked."""
+    test hooks are no settings of a run and not among `params` (TrainConfig.to_dict)."""
     if not uri or files is None:
         return Tracker()
-    hooks = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("hidden")}
-    tracked = {k: v for k, v in params.items() if k not in hooks}
-    return MlflowTracker(uri, files, run_name, tracked)
+    return MlflowTracker(uri, files, run_name, params)
 
 
 class MlflowTracker(Tracker):
