@@ -22,7 +22,7 @@ from training.field_types import Bounds, choices, expected, fits, is_typed
 RANDOM_DATA = ("random", "repeat")  # --data values that are not files (training.data.random_tokens)
 # LoRA's default targets: the attention and MLP projections of Qwen2 (and Llama-style) layers.
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
-# Why --load-in-4bit is refused (README, LoRA section).
+# Why --load-in-4bit is refused (docs/lora.md).
 QLORA_REFUSED = ("QLoRA (a 4-bit base) is not supported: FSDP2 with bitsandbytes 4-bit weights "
                  "has lost the quantization silently or trained to loss 0 / NaN gradient norms "
                  "(axolotl#2992, accelerate#3983), bitsandbytes is in neither the job's image "
@@ -183,7 +183,7 @@ class TrainConfig:
         LORA_TARGETS, "comma-separated names of the decoder layers' linear layers that get "
         "adapters (the default: every attention and MLP projection)")
     load_in_4bit: bool = documented(
-        False, "QLoRA (a 4-bit base): refused with the reason; see the README's LoRA section")
+        False, "QLoRA (a 4-bit base): refused with the reason; see docs/lora.md")
     test_hooks: TestHooks = field(default_factory=TestHooks)  # no setting: its own flag group
 
     @property
