@@ -184,6 +184,18 @@ class TrainConfig:
         "adapters (the default: every attention and MLP projection)")
     load_in_4bit: bool = documented(
         False, "QLoRA (a 4-bit base): refused with the reason; see docs/lora.md")
+    harness_tasks: str | None = documented(
+        None, "after the export, score the base and the fine-tuned model with lm-evaluation-"
+        "harness on these comma-separated tasks: lm-eval task names or paths to task YAML files "
+        "or folders (docs/evaluation.md); needs --export")
+    harness_limit: Annotated[int | None, Bounds(ge=1)] = documented(
+        None, "examples per --harness-tasks task (lm-eval's --limit); default: every example")
+    harness_fewshot: Annotated[int | None, Bounds(ge=0)] = documented(
+        None, "few-shot examples per prompt (lm-eval's --num_fewshot); default: each task's own")
+    sample_prompts: Annotated[int, Bounds(ge=0)] = documented(
+        0, "after the export, greedy answers of the base and the fine-tuned model to this many "
+        "prompts of the evaluation set, side by side in <run directory>/samples.jsonl and the "
+        "log; needs --export and --eval-fraction or --eval-data")
     test_hooks: TestHooks = field(default_factory=TestHooks)  # no setting: its own flag group
 
     @property
@@ -230,7 +242,7 @@ class TrainConfig:
                        f"{LORA_TARGETS} (got {self.lora_target_modules!r})")
         if not self.name or "/" in self.name:
             out.append(f"--name must be a non-empty name without '/' (got {self.name!r})")
-        return out + self._batch_problems() + self._data_problems()
+        return out + self._batch_problems() + self._data_problems() + self._after_export_problems()
 
     def _data_problems(self) -> list[str]:
         out = []
@@ -242,6 +254,23 @@ class TrainConfig:
             out.append("--eval-fraction and --eval-data both set: evaluate on one of them")
         if (self.eval_fraction or self.eval_data) and not text:
             out.append(f"--eval-fraction/--eval-data need --data files (got --data {self.data})")
+        return out
+
+    def _after_export_problems(self) -> list[str]:
+        """The harness and the sample answers compare the export with its base."""
+        out, asked = [], [f for f, on in (("--harness-tasks", self.harness_tasks),
+                                          ("--sample-prompts", self.sample_prompts)) if on]
+        if asked and not self.export:
+            out.append(f"{' and '.join(asked)} score the exported model: add --export")
+        if asked and self.data in RANDOM_DATA:
+            out.append(f"{' and '.join(asked)} need --data files and a tokenizer "
+                       f"(got --data {self.data})")
+        if self.sample_prompts and not (self.eval_fraction or self.eval_data):
+            out.append("--sample-prompts takes its prompts from the evaluation set: add "
+                       "--eval-fraction or --eval-data")
+        if self.harness_tasks is not None and not [
+                t for t in self.harness_tasks.split(",") if t.strip()]:
+            out.append("--harness-tasks must name at least one task (got an empty list)")
         return out
 
     def _batch_problems(self) -> list[str]:
