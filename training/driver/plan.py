@@ -20,10 +20,11 @@ def build(cfg: TrainConfig) -> tuple[RunPlan, Storage]:
     """The run's plan (not placed yet) and its storage. Every check that fails here costs no
     cluster time and leaves nothing in the run directory but what the data wrote."""
     from training.data.prepare import DataPlan, describe
+    from training.evals import tasks as evals_tasks
     from training.model.lora import LoraSpec, count_on_meta
     from training.storage import check_writable, resolve
 
-    cfg = checks.absolute_paths(cfg)
+    cfg = evals_tasks.checked(checks.absolute_paths(cfg))  # an unknown lm-eval task fails here
     vocab = None if cfg.data in RANDOM_DATA else checks.check_data_and_tokenizer(cfg).vocab_size()
     model = checks.check_model(cfg, vocab)
     spec = LoraSpec.from_config(cfg)

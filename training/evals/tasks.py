@@ -46,3 +46,17 @@ def resolve(spec: str) -> tuple[list[str | dict[str, Any]], Any]:
                            f"them named {', '.join(map(repr, missing))} (`lm_eval ls tasks` "
                            "lists the names; a path must exist on the driver)"])
     return tasks, manager
+
+
+def checked(cfg):
+    """The driver's check before Ray starts (driver/plan.py): --harness-tasks resolve (or one
+    ConfigError), their paths made absolute, since the workers run in another directory."""
+    import dataclasses
+    import os
+
+    if cfg.harness_tasks is None:
+        return cfg
+    fixed = ",".join(os.path.abspath(e) if os.path.exists(e) else e
+                     for e in entries(cfg.harness_tasks))
+    resolve(fixed)
+    return dataclasses.replace(cfg, harness_tasks=fixed)

@@ -100,6 +100,11 @@ class RunSummary:
     efa_preflight: str | None = None
     stopped: str | None = None  # why the run ended early (a non-finite loss), if it did
     export_path: str | None = None  # the Hugging Face model directory, when exported
+    # After the export (training/evals): lm-eval scores of base and tuned, the sample answers.
+    harness: dict | None = None  # {task: {metric: {"base", "tuned", "stderr"}}}
+    harness_s: float | None = None
+    harness_error: str | None = None  # why the evaluation failed (the run did not)
+    samples_path: str | None = None
     mlflow_run_id: str | None = None
     mlflow_error: str | None = None  # why tracking stopped (training went on)
     load_s: float | None = None  # pretrained weights: read on rank 0, broadcast, sharded

@@ -15,6 +15,7 @@ import torch
 
 from training.config import TrainConfig
 from training.data.packing import Batch
+from training.evals import after_export
 from training.network import device_time
 from training.run import checkpoint, export, tracking
 from training.run.evaluate import Evaluator, perplexity
@@ -191,11 +192,17 @@ class Trainer:
         path) before it is written."""
         path = export.export(self.engine, self.cfg, self.files) \
             if self.cfg.export and not stopped else None
+        evaluated = after_export.run(self.cfg, path, self.engine.device, self.files) \
+            if self.cfg.export and not stopped else None  # collective; never fails the run
         if self.files is None:
             return
         self.files.append_metrics(self.pending)
         self.files.plot()
         summary = RunSummary.from_run(self.facts, self.last, stopped=stopped, export_path=path)
+        if evaluated:
+            print("\n".join(evaluated.log), flush=True)
+            self.tracker.log(evaluated.metrics(), self.last.step)
+            summary = dataclasses.replace(summary, **evaluated.summary_fields())
         self.tracker.finish({SUMMARY_FILE: summary.to_json().encode(),
                              "metrics.png": self.files.read_bytes("metrics.png")},
                             {"export_path": path} if path else {}, failed=bool(stopped))
