@@ -236,6 +236,8 @@ MLFLOW_CLIENT = "mlflow-skinny==3.17.2"
 # PEFT, installed at submission the same way only for LoRA runs (--lora-rank > 0): the image's
 # lockfile (the same uv.lock) lists no peft either. requirements-dev.txt pins the same version.
 PEFT_CLIENT = "peft==0.21.2"
+# lm-evaluation-harness, installed the same way only when --harness-tasks is set (training/evals).
+LM_EVAL_CLIENT = "lm-eval==0.4.13"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import shlex
 
 import yaml
 
-from stack.catalog import MLFLOW_CLIENT, PEFT_CLIENT
+from stack.catalog import LM_EVAL_CLIENT, MLFLOW_CLIENT, PEFT_CLIENT
 from stack.config import StackConfig
 from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGET_S
 from training.config import TrainConfig
@@ -81,7 +81,8 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
     name = f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
     runtime_env = {"working_dir": CODE_MOUNT}
     pip = [*cfg.extra_pip, *([MLFLOW_CLIENT] if cfg.mlflow_tracking_uri else []),
-           *([PEFT_CLIENT] if cfg.training.lora_rank else [])]
+           *([PEFT_CLIENT] if cfg.training.lora_rank else []),
+           *([LM_EVAL_CLIENT] if cfg.training.harness_tasks else [])]
     if pip:
         runtime_env["pip"] = pip
     return {

@@ -389,3 +389,16 @@ def test_a_lora_job_installs_the_pinned_peft_and_is_a_run_of_its_own(code):
     # Its checkpoints hold adapters: never resumed by (or from) a full fine-tune's run.
     assert run_name(lora) != run_name(full)
     assert PEFT_CLIENT in (REPO / "requirements-dev.txt").read_text().splitlines()
+
+
+def test_a_harness_job_installs_the_pinned_lm_eval(code):
+    from stack.catalog import LM_EVAL_CLIENT
+
+    raw, _ = raw_config(STACK_FILES[0])
+    training = json.loads(raw.get("training") or "{}")
+    scored = stack(training=json.dumps({**training, "export": True, "data": "s3://b/d/",
+                                        "harnessTasks": "gsm8k"}))
+    env = yaml.safe_load(build_rayjob(scored, code, S3)["spec"]["runtimeEnvYAML"])
+    assert LM_EVAL_CLIENT in env["pip"]
+    assert "pip" not in yaml.safe_load(build_rayjob(stack(), code, S3)["spec"]["runtimeEnvYAML"])
+    assert LM_EVAL_CLIENT in (REPO / "requirements-dev.txt").read_text().splitlines()
