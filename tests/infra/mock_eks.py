@@ -5,7 +5,7 @@ answer it (RecordingMocks mixes this in).
   returned an error: ... reading EKS Cluster (<name>): couldn't find resource" (pulumi/pulumi
   source_eval.go Invoke; terraform-provider-aws data sources, retry.NotFoundError).
 - The access-entry data source returns no tags (access_entry_datasource.go: no @Tags, `tags` an
-  argument echoed back).
+  argument echoed back); the resource Read (`AccessEntry.get`) returns them (access_entry.go).
 - eks:index:Cluster creates the cluster with the creator's entry (bootstrapClusterCreatorAdmin
   Permissions) and one entry per `accessEntries` item, deleting the stack's own entries it no
   longer declares; a second entry for a principal is a 409. Its `eksCluster` output is a resource
@@ -121,6 +121,20 @@ class EksAccount:
                                  f"is already in use on this cluster (entry of {taken[0]})")
             entries[arn] = tags
         self.own_entries[name] = set(wanted)
+
+    def read_access_entry(self, entry_id: str) -> tuple[str, dict]:
+        """`aws.eks.AccessEntry.get`: the resource Read, which, unlike the data source, sets the
+        entry's tags (access_entry.go, @Tags); a missing entry fails the Read as the engine
+        reports it."""
+        cluster, arn = entry_id.split(":", 1)
+        if arn not in self.clusters.get(cluster, {}):
+            raise ValueError(f"reading resource aws:eks/accessEntry:AccessEntry: resource "
+                             f"'{entry_id}' does not exist")
+        tags = dict(self.clusters[cluster][arn])
+        return entry_id, {"clusterName": cluster, "principalArn": arn, "tags": tags,
+                          "tagsAll": tags, "type": "STANDARD",
+                          "accessEntryArn": f"arn:aws:eks:{self.region}:123456789012:"
+                                            f"access-entry/{cluster}/{arn.rsplit('/', 1)[-1]}"}
 
     def _update_node_group(self, name: str, inputs: dict) -> dict:
         """Create, or update as the provider does; returns the live scaling (the Read)."""

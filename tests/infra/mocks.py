@@ -122,6 +122,8 @@ class RecordingMocks(EksAccount, pulumi.runtime.Mocks):
             if not self.preview:
                 self.stashes[args.name] = outputs["output"]
             return f"{args.name}-id", outputs
+        if args.resource_id and args.typ == "aws:eks/accessEntry:AccessEntry":
+            return self.read_access_entry(args.resource_id)  # a Read runs in a preview too
         if not self.preview:  # a create in a preview: the provider computes nothing yet
             self.eks_resource(args, outputs)
         if args.typ == "eks:index:Cluster":  # an existing cluster's child is in the state
