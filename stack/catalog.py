@@ -116,10 +116,13 @@ ON_DEMAND_QUOTAS: dict[str, ServiceQuota] = {
 
 
 # Spot: one quota per group of families for all Spot Instance requests, in vCPUs (Service Quotas,
-# ec2; L-3819A6DF as the design notes of 2026-12-01 record it). Other families are not listed.
+# ec2: "All G and VT Spot Instance Requests" L-3819A6DF, "All P Spot Instance Requests"
+# L-7212CCBC, as the design notes of 2026-12-01 record them). Other families are not listed.
 SPOT_QUOTAS: dict[str, ServiceQuota] = {
-    family: ServiceQuota("L-3819A6DF", "All G and VT Spot Instance Requests")
-    for family in ("g", "vt")}
+    **{family: ServiceQuota("L-3819A6DF", "All G and VT Spot Instance Requests")
+       for family in ("g", "vt")},
+    "p": ServiceQuota("L-7212CCBC", "All P Spot Instance Requests"),
+}
 
 
 # No Spot price was read for this table: EC2 sets it per zone and changes it over time. What the

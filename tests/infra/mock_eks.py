@@ -70,6 +70,9 @@ class EksAccount:
             {k: dict(v) for k, v in prior.scaling.items()} if prior else {})
         self.node_group_state: dict[str, dict] = dict(prior.node_group_state) if prior else {}
         self.templates: dict[str, tuple[str, int]] = dict(prior.templates) if prior else {}
+        # (cluster, group) -> how EKS describes the group besides its scaling (the ForceNew
+        # arguments: a change replaces the group, which then holds the new values).
+        self.described: dict[tuple[str, str], dict] = dict(prior.described) if prior else {}
         # Called with the live scaling of a node group while its launch template or version
         # rolls: what cluster-autoscaler does meanwhile.
         self.autoscaler: Callable[[dict], None] | None = None
@@ -139,6 +142,9 @@ class EksAccount:
     def _update_node_group(self, name: str, inputs: dict) -> dict:
         """Create, or update as the provider does; returns the live scaling (the Read)."""
         key = (inputs["clusterName"], inputs["nodeGroupName"])
+        self.described[key] = {"capacityType": inputs.get("capacityType") or "ON_DEMAND",
+                               "instanceTypes": inputs.get("instanceTypes"),
+                               "amiType": inputs.get("amiType")}
         state = self.node_group_state.get(name)
         ignored = DESIRED in self.ignore_changes.get(name, [])
         if state is None or key not in self.scaling:
@@ -176,7 +182,8 @@ class EksAccount:
             cluster, group = args["clusterName"], args["nodeGroupName"]
             found = {"clusterName": cluster, "id": f"{cluster}:{group}", "nodeGroupName": group}
             if (cluster, group) in self.scaling:
-                return {**found, "scalingConfigs": [self.scaling[cluster, group]]}
+                return {**found, **self.described.get((cluster, group), {}),
+                        "scalingConfigs": [self.scaling[cluster, group]]}
             if cluster == "shared-gpu" and group in self.existing_node_groups:
                 return {**found, **self.existing_node_groups[group]}
             raise not_found(token, f"reading EKS Node Group ({cluster}:{group})")

@@ -59,7 +59,22 @@ def test_too_little_spot_quota_fails_before_any_resource_naming_it():
     mocks, error = deploy(48.0)
     assert error is not None and mocks.resources == []
     assert "All G and VT Spot Instance Requests (ec2 L-3819A6DF)" in str(error)
-    assert "--quota-code L-3819A6DF --desired-value 192" in str(error)
+    # 2 nodes + an update's 2 more + a rebalance replacement's 1, of 48 vCPUs each.
+    assert "--quota-code L-3819A6DF --desired-value 240" in str(error)
+
+
+def test_a_p_family_spot_group_reads_the_p_spot_quota():
+    """p5.48xlarge on spot counts against "All P Spot Instance Requests" (L-7212CCBC), as a G
+    type counts against the G and VT one; too little of it fails before any resource."""
+    mocks = RecordingMocks("us-west-2")
+    mocks.quotas["L-7212CCBC"] = ("All P Spot Instance Requests", 192.0)
+    with mock.patch("pulumi.log.warn"), pytest.raises(QuotaError) as error:
+        run_program(DEV, {"gpuCapacityType": "spot", "gpuInstanceType": "p5.48xlarge"},
+                    mocks=mocks)
+    assert mocks.resources == [] and "All P Spot Instance Requests (ec2 L-7212CCBC)" in \
+        str(error.value)
+    asked = {args["quotaCode"] for token, args in mocks.calls if token == QUOTA_INVOKE}
+    assert "L-7212CCBC" in asked and "L-417A185B" not in asked
 
 
 def test_the_spot_cost_is_labelled_an_estimate_at_its_ceiling(spot):

@@ -155,3 +155,26 @@ def test_a_new_maximum_goes_out_only_while_the_group_is_at_zero_nodes():
     assert later.ignore_changes["eks-gpu"] == []
     assert _update(later, {"gpuNodeCount": "3"}).ignore_changes["eks-gpu"] == [
         "scalingConfig.desiredSize"]
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"gpuCapacityType": "spot"}, r"gpuCapacityType \(ON_DEMAND -> SPOT\)"),
+    ({"gpuInstanceType": "g6e.12xlarge"}, r"gpuInstanceType \(g6\.12xlarge -> g6e\.12xlarge\)"),
+], ids=["capacity-type", "instance-type"])
+def test_a_change_that_replaces_the_gpu_group_during_a_run_is_refused(change, key):
+    """capacity_type and instance_types are ForceNew (terraform-provider-aws node_group.go): the
+    group would be deleted, with the run's nodes, before its replacement exists. Refused before
+    any resource while the group holds nodes; the same change at 0 nodes goes out."""
+    first = run_program(DEV)
+    first.scaling[GPU_GROUP]["desiredSize"] = 2  # a run holds two GPU nodes
+    mocks = RecordingMocks("us-west-2", prior=first)
+    with pytest.raises(ConfigError, match=key + r": replaces the node group ray-train-dev-gpu"
+                       r".*holds 2 node\(s\).*delete rayjob"):
+        run_program(DEV, change, mocks=mocks)
+    assert mocks.resources == []
+    first.scaling[GPU_GROUP]["desiredSize"] = 0
+    assert _update(first, change).one("aws:eks/nodeGroup:NodeGroup", "gpu").inputs[
+        "instanceTypes"] == [change.get("gpuInstanceType", "g6.12xlarge")]
+    # During the run, a change that replaces nothing (a new root volume) still goes out.
+    first.scaling[GPU_GROUP]["desiredSize"] = 2
+    assert _update(first, {"rootVolumeGib": "300"}).rolls == ["eks-gpu"]
