@@ -85,3 +85,27 @@ def test_the_spot_cost_is_labelled_an_estimate_at_its_ceiling(spot):
         spot.exports["costSource"]
     assert spot.exports["hourlyCostBreakdown"]["gpuNodesDuringRun"] == pytest.approx(
         2 * PRICES_USD_PER_HOUR["us-west-2"]["g6.12xlarge"])
+
+
+def _seconds(duration: str) -> int:
+    """A Go duration as cluster-autoscaler's flags take it ("2m", "90s")."""
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
+def test_a_replacement_node_outlasts_the_reclaimed_workers_termination(spot):
+    """KubeRay re-creates the worker only once the terminating pod is gone (its grace period
+    after the notice); the replacement node must not be removed as unneeded before the new
+    worker lands on it: scale-down-unneeded-time holds twice that wait. On-demand keeps 2m."""
+    from program import KUBERAY_RECREATE_S
+    from workloads.raycluster import GRACE_S
+
+    def unneeded(mocks: RecordingMocks) -> int:
+        release = next(r for r in mocks.of_type("kubernetes:helm.sh/v3:Release")
+                       if r.inputs["chart"] == "cluster-autoscaler")
+        return _seconds(release.inputs["values"]["extraArgs"]["scale-down-unneeded-time"])
+
+    worker = spot.one("kubernetes:ray.io/v1:RayJob").inputs["spec"]["rayClusterSpec"][
+        "workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["terminationGracePeriodSeconds"] == GRACE_S
+    assert unneeded(spot) >= 2 * (GRACE_S + KUBERAY_RECREATE_S)
+    assert unneeded(run_program(DEV)) == 120
