@@ -19,15 +19,17 @@ from infra.image_cache import ImageCache
 from infra.lookups import require_aws_partition
 from infra.network import Network, lookup_zones
 from infra.quota import check_quotas
+from infra.replacement import refuse_replacement_during_run
 from infra.storage import CheckpointStorage
 from stack import pulumi_config
-from stack.catalog import CHARTS, KUBERNETES_RELEASES
+from stack.catalog import CHARTS, KUBERNETES_RELEASES, SPOT
 from stack.config import StackConfig
 from stack.kube import SERVICE_ACCOUNT
 from workloads import helm_values
 from workloads.addons import Addons
 from workloads.code_bundle import bundle
 from workloads.crds import kuberay_crds
+from workloads.raycluster import GRACE_S
 from workloads.ray import RayWorkloads
 
 REPO = Path(__file__).resolve().parent
@@ -97,6 +99,7 @@ def own_cluster(cfg: StackConfig, profile: str | None) -> Target:
     cache; the add-ons wait for every node group and for the autoscaler's credentials."""
     check_quotas(cfg)  # before any resource: a run that cannot launch its nodes bills anyway
     ignore_changes = scaling_updates(cfg)  # likewise: a new GPU maximum while a run holds nodes
+    refuse_replacement_during_run(cfg)  # and a change that would replace a group under a run
     network = Network("net", cfg, lookup_zones(cfg))
     cluster = Cluster("eks", cfg, network, ignore_changes, profile)
     autoscaler = AutoscalerIdentity("autoscaler", cfg, cluster.cluster_name)
@@ -106,10 +109,28 @@ def own_cluster(cfg: StackConfig, profile: str | None) -> Target:
         cluster.cluster_name, cluster.kubeconfig, cluster.user_kubeconfig,
         addon_deps=[*cluster.node_groups.values(), autoscaler.association],
         gpu_zone=network.gpu_zone, node_groups=cluster.node_group_names,
-        autoscaler_values=helm_values.cluster_autoscaler(
-            cluster.cluster_name, cfg.region,
-            KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler),
+        autoscaler_values=autoscaler_values(cfg, cluster.cluster_name),
         image_cache=image_cache)
+
+
+# Spot: after a reclaim KubeRay re-creates the worker pod only once the terminating one is gone
+# (KubeRay v1.7.0 reconcilePods counts terminating pods), up to the pod's grace period after the
+# notice; the replacement node (Capacity Rebalancing launches it early) sits empty meanwhile, and
+# cluster-autoscaler removes an empty node after scale-down-unneeded-time (2m by default here),
+# which could take it away just before the new worker lands, costing another boot. On spot
+# stacks the node may stay empty for twice the grace period plus KubeRay's reconcile.
+KUBERAY_RECREATE_S = 15  # the pod-deleted event's reconcile, the new pod's scheduling
+SPOT_UNNEEDED_MARGIN = 2
+SPOT_SCALE_DOWN_UNNEEDED = f"{-(-SPOT_UNNEEDED_MARGIN * (GRACE_S + KUBERAY_RECREATE_S) // 60)}m"
+
+
+def autoscaler_values(cfg: StackConfig, cluster_name: pulumi.Input[str]) -> dict:
+    """cluster-autoscaler's chart values; on a spot stack an empty node waits longer."""
+    values = helm_values.cluster_autoscaler(
+        cluster_name, cfg.region, KUBERNETES_RELEASES[cfg.kubernetes_version].cluster_autoscaler)
+    if cfg.gpu_capacity is SPOT:
+        values["extraArgs"]["scale-down-unneeded-time"] = SPOT_SCALE_DOWN_UNNEEDED
+    return values
 
 
 def export(cfg: StackConfig, target: Target, storage: CheckpointStorage,

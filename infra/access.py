@@ -1,13 +1,18 @@
 """Who gets cluster-admin: the cluster's creator (EKS gives it an access entry) and, unless it is
-that creator or already had an entry, adminPrincipalArn. Decided before `eks.Cluster` is declared:
-pulumi-eks's `accessEntries` is a plain input (schema.json `"plain": true`), so it must be a
-plain dict, never an Output (the Node side would iterate the Output object's own fields).
+that creator or already had an entry of its own, adminPrincipalArn. Decided before `eks.Cluster`
+is declared: pulumi-eks's `accessEntries` is a plain input (schema.json `"plain": true`), so it
+must be a plain dict, never an Output (the Node side would iterate the Output object's own fields).
 
-Whether the stack owns the admin's entry is decided once, on the first update that sees the
-principal, and kept in the stack's state by a `pulumi.Stash`: EKS cannot say it later, since the
-aws provider's access-entry data source returns no tags (terraform-provider-aws
-access_entry_datasource.go has no @Tags annotation; hashicorp/terraform-provider-aws#45867), so a
-decision read from EKS would drop the stack's own entry on every second update."""
+Decided on every update from the cluster as EKS holds it now, so the answer always belongs to the
+cluster it is made for: a first update that failed before the cluster existed, a renamed or
+replaced cluster or one deleted out of band is judged afresh (a decision kept in the stack's
+state would outlive the cluster it was made for: an entry for whoever creates the next one is a
+409, or the admin gets none). The stack recognises its own entry by its tag: the aws provider's
+access-entry *data source* returns no tags (terraform-provider-aws access_entry_datasource.go has
+no @Tags annotation; hashicorp/terraform-provider-aws#45867), but the *resource* Read sets them
+(access_entry.go is `@Tags(identifierAttribute="access_entry_arn")`), so the entry is read as a
+resource (`aws.eks.AccessEntry.get`). Stacks an older version created carry the same tag and keep
+their entry on upgrade."""
 
 from __future__ import annotations
 
@@ -59,51 +64,48 @@ def spellings(arn: str, caller_account: str) -> list[str]:
 
 
 def wants_admin_entry(admin_arn: str, deployer_arn: str, cluster_exists: bool,
-                      has_entry: bool) -> bool:
-    """Whether the stack should own an access entry for `admin_arn`, judged from what exists now
-    (the first update that sees the principal; later ones keep that answer, `owned_entry`).
-    Before the cluster exists the deployer is about to become its creator: an entry for the same
-    principal would be a 409 ResourceInUseException (pulumi/pulumi-eks#2373). Once it exists,
-    an entry the principal already has (the creator's, or one made by hand) is left alone;
-    without one, the stack makes it."""
+                      entry_tags: dict[str, str] | None) -> bool:
+    """Whether the stack should declare an access entry for `admin_arn`; `entry_tags`: the tags
+    of the entry the principal has on the cluster now, None without one. Before the cluster
+    exists the deployer is about to become its creator: an entry for the same principal would be
+    a 409 ResourceInUseException (pulumi/pulumi-eks#2373). Once it exists, the stack's own
+    (tagged) entry stays declared, an entry of anyone else's (the creator's, one made by hand)
+    is left alone, and without one the stack makes it."""
     if not cluster_exists:
         return principal_key(admin_arn) != principal_key(deployer_arn)
-    return not has_entry
+    return entry_tags is None or OWN_ENTRY_TAG in entry_tags
 
 
-def owned_entry(name: str, admin_arn: str, decided_now: bool,
-                parent: pulumi.Resource | None = None) -> bool:
-    """The decision of the first update that saw this principal. A Stash per principal (by
-    account, kind and name) keeps it: the engine's builtin provider sets its output to its input
-    on create and keeps the old output on every later update and refresh
-    (pkg/resource/deploy/builtins.go), a preview included, and the Stash is created before the
-    cluster, so a failed first update keeps the answer too. Read here as a plain value, pumping
-    the event loop as the SDK's plain invokes do (pulumi/runtime/invoke.py `invoke`)."""
-    digest = hashlib.sha256("/".join(principal_key(admin_arn)).encode()).hexdigest()[:8]
-    stash = pulumi.Stash(f"{name}-admin-entry-{digest}", input=admin_arn if decided_now else "",
-                         opts=pulumi.ResourceOptions(parent=parent))
-    kept = _sync_await(stash.output.future())
-    return decided_now if kept is None else bool(kept)
+def entry_tags(name: str, entry_id: str, parent: pulumi.Resource | None = None) -> dict[str, str]:
+    """The tags of an existing access entry (id `cluster:principalArn`, the data source's id), by
+    a resource Read, the only read that returns them. Read steps run in previews as well
+    (pulumi/pulumi pkg/resource/deploy/step.go ReadStep.Apply: "Unlike most steps, Read steps run
+    during previews"). Read as a plain value, pumping the event loop as the SDK's plain invokes
+    do (pulumi/runtime/invoke.py `invoke`)."""
+    digest = hashlib.sha256(entry_id.encode()).hexdigest()[:8]
+    entry = aws.eks.AccessEntry.get(f"{name}-admin-entry-read-{digest}", entry_id,
+                                    opts=pulumi.ResourceOptions(parent=parent))
+    tags, tags_all = _sync_await(pulumi.Output.all(entry.tags, entry.tags_all).future())
+    return {**(tags_all or {}), **(tags or {})}
 
 
 def admin_access_entries(cfg: StackConfig, name: str = "eks",
                          parent: pulumi.Resource | None = None) -> dict[str, eks.AccessEntryArgs]:
     """pulumi-eks `accessEntries` for the stack. The deployer's IAM role (with its path) comes
     from its assumed-role session (aws.iam.get_session_context, which calls iam:GetRole); the
-    principal's entry is looked up under each spelling of its ARN. Only the first update that
-    sees the principal decides from these reads; a teammate's later `pulumi up` plans what the
-    stack's state says."""
+    principal's entry is looked up under each spelling of its ARN. Every update, whoever runs
+    it, plans the same from what EKS holds."""
     admin = cfg.admin_principal_arn
     if not admin:
         return {}
     caller = aws.get_caller_identity()
     deployer = aws.iam.get_session_context(arn=caller.arn).issuer_arn
     exists = found(lambda: aws.eks.get_cluster(name=cfg.name)) is not None
-    has_entry = exists and any(
-        found(lambda arn=arn: aws.eks.get_access_entry(cluster_name=cfg.name, principal_arn=arn))
-        is not None for arn in spellings(admin, caller.account_id))
-    if not owned_entry(name, admin, wants_admin_entry(admin, deployer, exists, has_entry),
-                       parent):
+    existing = next((entry for arn in spellings(admin, caller.account_id) if exists and (
+        entry := found(lambda arn=arn: aws.eks.get_access_entry(cluster_name=cfg.name,
+                                                                principal_arn=arn)))), None)
+    tags = entry_tags(name, existing.id, parent) if existing else None
+    if not wants_admin_entry(admin, deployer, exists, tags):
         return {}
     return {ENTRY_NAME: eks.AccessEntryArgs(
         principal_arn=admin, tags={**cfg.tags, OWN_ENTRY_TAG: ENTRY_NAME},

@@ -17,12 +17,12 @@ class EngineVersionError(InputError):
 def require_cli(minimum: str = PULUMI_CLI_MIN) -> None:
     """Stop with the version to install on an older CLI. The engine answers the range check
     (Engine.RequirePulumiVersion, pulumi/runtime/settings.py require_pulumi_version); a CLI that
-    predates that RPC fails it as well, so both end here, before `pulumi.Stash` would fail
-    deep in the engine."""
+    predates that RPC (before 3.217.0, stack/catalog.py) answers UNIMPLEMENTED, which the SDK
+    raises: both end here, before anything is declared."""
     try:
         pulumi.runtime.require_pulumi_version(f">={minimum}")
     except Exception as error:  # noqa: BLE001 - the engine's refusal, whatever its form
         raise EngineVersionError(
-            f"Pulumi CLI {minimum} or newer is needed (its engine keeps pulumi.Stash values in "
-            f"the stack's state); this one refused: {error}. Install a newer CLI: "
+            f"Pulumi CLI {minimum} or newer is needed (its engine answers the program's version "
+            f"check and keeps pulumi.Stash values); this one refused: {error}. Install a newer CLI: "
             f"{INSTALL_PAGE}") from None

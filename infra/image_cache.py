@@ -5,8 +5,9 @@ On the first pull of an image through the rule, ECR creates the cache repository
 the image from upstream on behalf of the puller, which needs `ecr:BatchImportUpstreamImage` and,
 while the repository does not exist yet, `ecr:CreateRepository` (ECR user guide,
 pull-through-cache-iam) besides the pull permissions of AmazonEC2ContainerRegistryReadOnly. The
-node roles get exactly those two, on this rule's repositories only. ECR Public needs no upstream
-credentials (ECR user guide, pull-through-cache, supported upstream registries).
+node roles get exactly those, on this rule's repositories only. ECR Public needs no upstream
+credentials (ECR user guide, pull-through-cache, supported upstream registries). A stack with
+tags also grants them `ecr:TagResource` there: the template tags what their first pull creates.
 
 ECR creates the cached repositories itself, so `pulumi destroy` deletes the rule but leaves them:
 they are no resources of the stack. A repository creation template for the rule's prefix, applied
@@ -34,6 +35,15 @@ UNPULLED_DAYS = 30
 # (pull-through-cache-iam); ECR itself creates a tagged repository with the template's role
 # (repository-creation-templates-custom, without the replication and KMS actions).
 FIRST_PULL_ACTIONS = ("ecr:BatchImportUpstreamImage", "ecr:CreateRepository")
+# Where a creation template adds resource tags, the ECR user guide (pull-through-cache-iam) lists
+# ecr:TagResource for the principal whose pull creates the repository as well: without it the
+# first pull of a tagged stack can be denied (ImagePullBackOff, no run starts).
+TAGGING_ACTIONS = ("ecr:TagResource",)
+
+
+def first_pull_actions(tagged: bool) -> tuple[str, ...]:
+    """What a node role needs to make the first pull through the rule."""
+    return FIRST_PULL_ACTIONS + (TAGGING_ACTIONS if tagged else ())
 CREATION_ACTIONS = ("ecr:CreateRepository", "ecr:TagResource")
 
 
@@ -77,7 +87,8 @@ class ImageCache(pulumi.ComponentResource):
         rule = aws.ecr.PullThroughCacheRule(
             f"{name}-ecr-public", ecr_repository_prefix=prefix, upstream_registry_url=ECR_PUBLIC,
             opts=pulumi.ResourceOptions(parent=self))
-        policies = [_role_policy(f"{name}-first-pull-{i}", role, FIRST_PULL_ACTIONS, cfg.region,
+        actions = first_pull_actions(tagged=bool(cfg.tags))  # the template adds cfg.tags
+        policies = [_role_policy(f"{name}-first-pull-{i}", role, actions, cfg.region,
                                  prefix, pulumi.ResourceOptions(parent=self))
                     for i, role in enumerate(node_roles)]
         template = self._creation_template(name, cfg, prefix)

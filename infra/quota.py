@@ -8,7 +8,9 @@ all launch would bill the ones that did while it waits for the rest.
   managed node group update first launches, per zone, up to two extra nodes (EKS user guide,
   managed-node-update-behavior, "Scale up phase": the larger of twice the zones and
   maxUnavailable, 1 by default): with a run going, the one-zone GPU group needs 2 more nodes, the
-  two-zone system group up to 4.
+  two-zone system group up to 4. A spot group also launches a replacement for a node at
+  elevated risk of a reclaim before that node is gone (EKS managed node groups enable Capacity
+  Rebalancing for SPOT), one extra node per node at risk: counted for one (REBALANCE_NODES).
 - Too little for the nodes themselves: a clear error with the numbers and the request command.
   Too little only for an update's surge: a warning (no run need go near it: docs/deploying.md, "Quota").
 - Reservations: creating an On-Demand Capacity Reservation fails when "the requested quantity
@@ -33,6 +35,7 @@ from training.errors import InputError
 
 SERVICE_CODE = "ec2"
 SURGE_NODES_PER_ZONE = 2  # managed-node-update-behavior: "up to twice the number of AZs"
+REBALANCE_NODES = 1  # a spot group's replacement launched beside a node about to be reclaimed
 
 
 class QuotaError(InputError):
@@ -63,6 +66,8 @@ def quota_needs(cfg: StackConfig) -> list[QuotaNeed]:
             continue
         vcpus = group.facts.vcpus
         surge = SURGE_NODES_PER_ZONE * group.zones * vcpus  # the documented upper bound
+        if group.bought_as is catalog.SPOT:
+            surge += REBALANCE_NODES * vcpus
         what = f"{group.count_key} {group.nodes} x {group.instance_type}"
         old = needs.get(quota.code)
         needs[quota.code] = QuotaNeed(

@@ -116,10 +116,13 @@ ON_DEMAND_QUOTAS: dict[str, ServiceQuota] = {
 
 
 # Spot: one quota per group of families for all Spot Instance requests, in vCPUs (Service Quotas,
-# ec2; L-3819A6DF as the design notes of 2026-12-01 record it). Other families are not listed.
+# ec2: "All G and VT Spot Instance Requests" L-3819A6DF, "All P Spot Instance Requests"
+# L-7212CCBC, as the design notes of 2026-12-01 record them). Other families are not listed.
 SPOT_QUOTAS: dict[str, ServiceQuota] = {
-    family: ServiceQuota("L-3819A6DF", "All G and VT Spot Instance Requests")
-    for family in ("g", "vt")}
+    **{family: ServiceQuota("L-3819A6DF", "All G and VT Spot Instance Requests")
+       for family in ("g", "vt")},
+    "p": ServiceQuota("L-7212CCBC", "All P Spot Instance Requests"),
+}
 
 
 # No Spot price was read for this table: EC2 sets it per zone and changes it over time. What the
@@ -218,11 +221,14 @@ KUBERNETES_RELEASES: dict[str, KubernetesRelease] = {
     "1.35": KubernetesRelease(date(2027, 3, 27), coredns="v1.13.2-eksbuild.4",
                               pod_identity_agent="v1.3.10-eksbuild.3", cluster_autoscaler="v1.35.2"),
 }
-# The oldest Pulumi CLI the program runs on: `pulumi.Stash` (the zones, the admin access entry's
-# owner) is a builtin resource of the engine from 3.208.0. Nothing else needs a newer one: no invoke
-# waits on a resource (those after a remote component are gated only from 3.256.0, pulumi/pulumi
-# PR #24040), and Pulumi.yaml's object-typed config keys are older.
-PULUMI_CLI_MIN = "3.208.0"
+# The oldest Pulumi CLI the program runs on. The program asks the engine with the SDK's
+# `require_pulumi_version`, which calls the engine RPC RequirePulumiVersion: in
+# proto/pulumi/engine.proto from v3.217.0 (pulumi/pulumi#21528; v3.216.0 named it
+# CheckPulumiVersion, older CLIs have neither), and the SDK raises on the UNIMPLEMENTED answer of
+# any older CLI (pulumi/runtime/settings.py). That RPC sets the floor; `pulumi.Stash` (the zones)
+# needs only 3.208.0. No invoke waits on a resource (those after a remote component are gated only
+# from 3.256.0, pulumi/pulumi PR #24040), and Pulumi.yaml's object-typed config keys are older.
+PULUMI_CLI_MIN = "3.217.0"
 KUBERNETES_VERSION = "1.35"  # in EKS standard support; 1.34 bills extended support from 2026-12-02
 CLUSTER_AUTOSCALER_IMAGE = "registry.k8s.io/autoscaling/cluster-autoscaler"
 RAY_IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"

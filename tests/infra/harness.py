@@ -90,15 +90,21 @@ class RecordingMonitor(pulumi.runtime.mocks.MockMonitor):
         return response
 
 
+# The first CLI whose engine serves RequirePulumiVersion (proto/pulumi/engine.proto, pulumi/pulumi
+# #21528; 3.216.0 served it as CheckPulumiVersion): an older one answers UNIMPLEMENTED.
+REQUIRE_VERSION_RPC_SINCE = "3.217.0"
+
+
 class RecordingEngine(pulumi.runtime.mocks.MockEngine):
-    """The engine's RequirePulumiVersion for a CLI of `version` (None: one older than the RPC)."""
+    """The engine's RequirePulumiVersion for a CLI of `version` (None: some CLI older than the
+    RPC), answered UNIMPLEMENTED, as gRPC answers an unknown method, by CLIs before the RPC."""
 
     def __init__(self, version: str | None):
         super().__init__(None)
         self.version = version
 
     def RequirePulumiVersion(self, request):
-        if self.version is None:
+        if self.version is None or _semver(self.version) < _semver(REQUIRE_VERSION_RPC_SINCE):
             raise ProviderInvokeError("unknown method RequirePulumiVersion",
                                       grpc.StatusCode.UNIMPLEMENTED)
         minimum = request.pulumi_version_range.removeprefix(">=")

@@ -5,7 +5,7 @@ answer it (RecordingMocks mixes this in).
   returned an error: ... reading EKS Cluster (<name>): couldn't find resource" (pulumi/pulumi
   source_eval.go Invoke; terraform-provider-aws data sources, retry.NotFoundError).
 - The access-entry data source returns no tags (access_entry_datasource.go: no @Tags, `tags` an
-  argument echoed back).
+  argument echoed back); the resource Read (`AccessEntry.get`) returns them (access_entry.go).
 - eks:index:Cluster creates the cluster with the creator's entry (bootstrapClusterCreatorAdmin
   Permissions) and one entry per `accessEntries` item, deleting the stack's own entries it no
   longer declares; a second entry for a principal is a 409. Its `eksCluster` output is a resource
@@ -70,6 +70,9 @@ class EksAccount:
             {k: dict(v) for k, v in prior.scaling.items()} if prior else {})
         self.node_group_state: dict[str, dict] = dict(prior.node_group_state) if prior else {}
         self.templates: dict[str, tuple[str, int]] = dict(prior.templates) if prior else {}
+        # (cluster, group) -> how EKS describes the group besides its scaling (the ForceNew
+        # arguments: a change replaces the group, which then holds the new values).
+        self.described: dict[tuple[str, str], dict] = dict(prior.described) if prior else {}
         # Called with the live scaling of a node group while its launch template or version
         # rolls: what cluster-autoscaler does meanwhile.
         self.autoscaler: Callable[[dict], None] | None = None
@@ -122,9 +125,26 @@ class EksAccount:
             entries[arn] = tags
         self.own_entries[name] = set(wanted)
 
+    def read_access_entry(self, entry_id: str) -> tuple[str, dict]:
+        """`aws.eks.AccessEntry.get`: the resource Read, which, unlike the data source, sets the
+        entry's tags (access_entry.go, @Tags); a missing entry fails the Read as the engine
+        reports it."""
+        cluster, arn = entry_id.split(":", 1)
+        if arn not in self.clusters.get(cluster, {}):
+            raise ValueError(f"reading resource aws:eks/accessEntry:AccessEntry: resource "
+                             f"'{entry_id}' does not exist")
+        tags = dict(self.clusters[cluster][arn])
+        return entry_id, {"clusterName": cluster, "principalArn": arn, "tags": tags,
+                          "tagsAll": tags, "type": "STANDARD",
+                          "accessEntryArn": f"arn:aws:eks:{self.region}:123456789012:"
+                                            f"access-entry/{cluster}/{arn.rsplit('/', 1)[-1]}"}
+
     def _update_node_group(self, name: str, inputs: dict) -> dict:
         """Create, or update as the provider does; returns the live scaling (the Read)."""
         key = (inputs["clusterName"], inputs["nodeGroupName"])
+        self.described[key] = {"capacityType": inputs.get("capacityType") or "ON_DEMAND",
+                               "instanceTypes": inputs.get("instanceTypes"),
+                               "amiType": inputs.get("amiType")}
         state = self.node_group_state.get(name)
         ignored = DESIRED in self.ignore_changes.get(name, [])
         if state is None or key not in self.scaling:
@@ -162,7 +182,8 @@ class EksAccount:
             cluster, group = args["clusterName"], args["nodeGroupName"]
             found = {"clusterName": cluster, "id": f"{cluster}:{group}", "nodeGroupName": group}
             if (cluster, group) in self.scaling:
-                return {**found, "scalingConfigs": [self.scaling[cluster, group]]}
+                return {**found, **self.described.get((cluster, group), {}),
+                        "scalingConfigs": [self.scaling[cluster, group]]}
             if cluster == "shared-gpu" and group in self.existing_node_groups:
                 return {**found, **self.existing_node_groups[group]}
             raise not_found(token, f"reading EKS Node Group ({cluster}:{group})")

@@ -39,10 +39,12 @@ SERVICE_QUOTAS = {
     "L-1216C47A": ("Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances", 640.0),
     "L-DB2E81BA": ("Running On-Demand G and VT instances", 3072.0),
     "L-417A185B": ("Running On-Demand P instances", 3072.0),
+    "L-3819A6DF": ("All G and VT Spot Instance Requests", 3072.0),
+    "L-7212CCBC": ("All P Spot Instance Requests", 3072.0),
 }
 # Their usage metric's Class dimension (AWS/Usage ResourceCount).
 USAGE_CLASS = {"L-1216C47A": "Standard/OnDemand", "L-DB2E81BA": "G/OnDemand",
-               "L-417A185B": "P/OnDemand"}
+               "L-417A185B": "P/OnDemand", "L-3819A6DF": "G/Spot", "L-7212CCBC": "P/Spot"}
 # Regular zones only (what most tests reason about).
 ZONES = {region: [name for name, _, opt_in in zones if opt_in == "opt-in-not-required"]
          for region, zones in ZONE_DATA.items()}
@@ -122,6 +124,8 @@ class RecordingMocks(EksAccount, pulumi.runtime.Mocks):
             if not self.preview:
                 self.stashes[args.name] = outputs["output"]
             return f"{args.name}-id", outputs
+        if args.resource_id and args.typ == "aws:eks/accessEntry:AccessEntry":
+            return self.read_access_entry(args.resource_id)  # a Read runs in a preview too
         if not self.preview:  # a create in a preview: the provider computes nothing yet
             self.eks_resource(args, outputs)
         if args.typ == "eks:index:Cluster":  # an existing cluster's child is in the state

@@ -1,6 +1,6 @@
 """Who reaches the cluster under mocks: the admin access entry (never a second one for the
-cluster's creator; decided once and kept in the stack's state, so that it never flips), the API
-endpoint, the kubeconfigs' profile."""
+cluster's creator; decided from the cluster EKS holds, the stack's own entry known by its tag, so
+that it never flips), the API endpoint, the kubeconfigs' profile."""
 
 from __future__ import annotations
 
@@ -55,10 +55,10 @@ BOB = "arn:aws:sts::123456789012:assumed-role/bob/session"
 
 
 def _entries(deployer: str, admin: str, role_path: str = "/", prior: RecordingMocks | None = None,
-             preview: bool = False):
+             preview: bool = False, **overrides: str):
     mocks = RecordingMocks("us-west-2", deployer=deployer, role_path=role_path, prior=prior,
                            preview=preview)
-    run_program(DEV, {"adminPrincipalArn": admin}, mocks=mocks)
+    run_program(DEV, {"adminPrincipalArn": admin, **overrides}, mocks=mocks)
     return mocks.one("eks:index:Cluster").inputs.get("accessEntries"), mocks
 
 
@@ -140,3 +140,48 @@ def test_an_entry_the_principal_had_before_the_stack_saw_it_is_left_alone():
     later, mocks = _entries(BOB, oncall, prior=first)
     assert not later and not _entries(ALICE, oncall, prior=mocks)[0]
     assert oncall in mocks.clusters["ray-train-dev"]
+
+
+BOB_ROLE = "arn:aws:iam::123456789012:role/bob"
+ALICE_ROLE = "arn:aws:iam::123456789012:role/alice"
+
+
+def _cluster_gone(mocks: RecordingMocks, name: str = "ray-train-dev") -> RecordingMocks:
+    """The cluster never got created (the update failed before it) or was deleted out of band:
+    EKS holds neither it nor its entries."""
+    mocks.clusters.pop(name, None)
+    mocks.own_entries.pop(name, None)
+    return mocks
+
+
+def test_a_first_update_that_failed_before_the_cluster_is_decided_again():
+    """Alice's first `pulumi up` (adminPrincipalArn = Bob) failed before the cluster existed;
+    Bob then runs it and becomes the creator: an entry for Bob would be EKS's 409."""
+    _, failed = _entries(ALICE, BOB_ROLE)
+    entries, mocks = _entries(BOB, BOB_ROLE, prior=_cluster_gone(failed))
+    assert not entries and set(mocks.clusters["ray-train-dev"]) == {BOB_ROLE}
+
+
+@pytest.mark.parametrize("overrides", [{}, {"clusterName": "ray-train-dev2"}],
+                         ids=["deleted-out-of-band", "renamed"])
+def test_a_new_cluster_gets_the_decision_made_for_it(overrides):
+    """Alice created the first cluster with adminPrincipalArn = her own role (no entry). The
+    cluster is deleted, or clusterName changed; Bob's update creates the next one: Alice is no
+    creator of it, so she gets her entry."""
+    _, first = _entries(ALICE, ALICE_ROLE)
+    entries, mocks = _entries(BOB, ALICE_ROLE, prior=_cluster_gone(first), **overrides)
+    assert entries["admin"]["principalArn"] == ALICE_ROLE
+    assert ALICE_ROLE in mocks.clusters[overrides.get("clusterName", "ray-train-dev")]
+
+
+def test_an_upgrade_from_a_state_without_the_decision_keeps_the_admin_entry():
+    """A stack an older version of this program created: its state holds the team's tagged
+    entry and nothing else about it. The update under this version keeps declaring it."""
+    _, old = _entries(ALICE, TEAM)
+    old.stashes.clear()  # the older version kept no decision in the state
+    entries, mocks = _entries(BOB, TEAM, prior=old)
+    assert entries["admin"]["principalArn"] == TEAM
+    assert TEAM in mocks.clusters["ray-train-dev"]
+    read = mocks.one("aws:eks/accessEntry:AccessEntry")  # the resource Read, not a create
+    assert mocks.clusters["ray-train-dev"][TEAM]["eks-ray-train/access-entry"] == "admin"
+    assert read.inputs == {}

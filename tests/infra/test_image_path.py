@@ -109,12 +109,21 @@ def test_the_ray_image_comes_through_the_stacks_pull_through_cache(dev):
     assert dev.depends_on("ray-rayjob", "images-ecr-public")
 
 
-def test_both_node_roles_may_make_the_first_pull_and_nothing_more(dev):
-    policies = dev.of_type(ROLE_POLICY, "first-pull")
+@pytest.mark.parametrize("tags", [None, "{}"], ids=["tagged-stack", "untagged-stack"])
+def test_both_node_roles_may_make_the_first_pull_and_nothing_more(tags):
+    """The ECR user guide (pull-through-cache-iam): the puller that creates the repository needs
+    ecr:BatchImportUpstreamImage and ecr:CreateRepository, and ecr:TagResource as well where the
+    creation template adds resource tags (both committed stacks set tags)."""
+    m = run_program(DEV, {} if tags is None else {"tags": tags})
+    template = m.one(TEMPLATE).inputs
+    needed = ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository",
+              *(["ecr:TagResource"] if template.get("resourceTags") else [])]
+    assert bool(template.get("resourceTags")) == (tags is None)
+    policies = m.of_type(ROLE_POLICY, "first-pull")
     assert {p.inputs["role"] for p in policies} == {"eks-system-node", "eks-gpu-node"}
     for p in policies:
         assert json.loads(p.inputs["policy"]) == {"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow", "Action": ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"],
+            "Effect": "Allow", "Action": needed,
             "Resource": "arn:aws:ecr:us-west-2:123456789012:repository/ray-train-dev/*"}]}
 
 

@@ -21,7 +21,7 @@ GPU_GROUP = ("ray-train-dev", "ray-train-dev-gpu")
 TEAM = "arn:aws:iam::123456789012:role/platform-admins"
 
 
-@pytest.mark.parametrize("gates", [False, True], ids=["engine-3.208", "engine-3.256"])
+@pytest.mark.parametrize("gates", [False, True], ids=["engine-3.217", "engine-3.256"])
 def test_first_preview_and_first_up_pass_with_and_without_invoke_gating(gates):
     """Engines before 3.256.0 do not gate invokes on a component's children (pulumi SDK
     runtime/invoke.py: the fallback checks CustomResources only); the program reads the cluster
@@ -92,13 +92,14 @@ def test_a_fresh_account_answers_every_eks_read_with_the_providers_not_found():
     assert "reading EKS Access Entry (ray-train-dev:" + TEAM in errors[2]
 
 
-@pytest.mark.parametrize("version", ["3.207.0", "3.187.0", None], ids=str)
+@pytest.mark.parametrize("version", ["3.216.0", "3.208.0", "3.187.0", None], ids=str)
 def test_an_older_cli_stops_before_any_resource_naming_the_version_it_needs(version):
+    """3.208.0 to 3.216.x keep Stash values but have no RequirePulumiVersion RPC: refused too."""
     mocks = RecordingMocks("us-west-2", cli_version=version)
-    with pytest.raises(EngineVersionError, match=r"^Pulumi CLI 3\.208\.0 or newer is needed"):
+    with pytest.raises(EngineVersionError, match=r"^Pulumi CLI 3\.217\.0 or newer is needed"):
         run_program(DEV, mocks=mocks)
     assert mocks.resources == []
-    assert run_program(DEV, mocks=RecordingMocks("us-west-2", cli_version="3.208.0")).resources
+    assert run_program(DEV, mocks=RecordingMocks("us-west-2", cli_version="3.217.0")).resources
 
 
 def _update(prior: RecordingMocks, overrides: dict[str, str], autoscaler=None) -> RecordingMocks:
@@ -154,3 +155,26 @@ def test_a_new_maximum_goes_out_only_while_the_group_is_at_zero_nodes():
     assert later.ignore_changes["eks-gpu"] == []
     assert _update(later, {"gpuNodeCount": "3"}).ignore_changes["eks-gpu"] == [
         "scalingConfig.desiredSize"]
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"gpuCapacityType": "spot"}, r"gpuCapacityType \(ON_DEMAND -> SPOT\)"),
+    ({"gpuInstanceType": "g6e.12xlarge"}, r"gpuInstanceType \(g6\.12xlarge -> g6e\.12xlarge\)"),
+], ids=["capacity-type", "instance-type"])
+def test_a_change_that_replaces_the_gpu_group_during_a_run_is_refused(change, key):
+    """capacity_type and instance_types are ForceNew (terraform-provider-aws node_group.go): the
+    group would be deleted, with the run's nodes, before its replacement exists. Refused before
+    any resource while the group holds nodes; the same change at 0 nodes goes out."""
+    first = run_program(DEV)
+    first.scaling[GPU_GROUP]["desiredSize"] = 2  # a run holds two GPU nodes
+    mocks = RecordingMocks("us-west-2", prior=first)
+    with pytest.raises(ConfigError, match=key + r": replaces the node group ray-train-dev-gpu"
+                       r".*holds 2 node\(s\).*delete rayjob"):
+        run_program(DEV, change, mocks=mocks)
+    assert mocks.resources == []
+    first.scaling[GPU_GROUP]["desiredSize"] = 0
+    assert _update(first, change).one("aws:eks/nodeGroup:NodeGroup", "gpu").inputs[
+        "instanceTypes"] == [change.get("gpuInstanceType", "g6.12xlarge")]
+    # During the run, a change that replaces nothing (a new root volume) still goes out.
+    first.scaling[GPU_GROUP]["desiredSize"] = 2
+    assert _update(first, {"rootVolumeGib": "300"}).rolls == ["eks-gpu"]

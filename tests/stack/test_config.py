@@ -20,6 +20,12 @@ def test_committed_stack_file_is_a_valid_config(path):
     assert cfg.region == region and cfg.gpu.gpus == 4 and cfg.gpu.efa_interfaces == 1
 
 
+@pytest.mark.parametrize("path", STACK_FILES, ids=stack_name)
+def test_no_committed_stack_deletes_what_runs_produced_on_destroy(path):
+    """The README's flow is train, then destroy: the exported models must outlive it."""
+    assert parse(*raw_config(path)).force_destroy_bucket is False
+
+
 def test_at_least_two_regions_are_committed():
     regions = {raw_config(p)[1] for p in STACK_FILES}
     assert {"us-west-2", "us-east-1"} <= regions
