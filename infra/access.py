@@ -29,7 +29,8 @@ from stack.config import StackConfig
 
 # pulumi-eks creates each `accessEntries` item as an aws.eks.AccessEntry with the item's fields,
 # tags included (authenticationMode.ts, createAccessEntries: `{...accessEntry, clusterName}`):
-# the stack's own entry carries this tag for people reading the console (nothing reads it back).
+# the stack's own entry carries this tag, read back on every update (entry_tags) to tell it
+# from an entry of anyone else's.
 OWN_ENTRY_TAG = "eks-ray-train/access-entry"
 ENTRY_NAME = "admin"
 
