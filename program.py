@@ -23,6 +23,7 @@ from infra.storage import CheckpointStorage
 from stack import pulumi_config
 from stack.catalog import CHARTS, KUBERNETES_RELEASES
 from stack.config import StackConfig
+from stack.images import through_cache
 from stack.kube import SERVICE_ACCOUNT
 from workloads import helm_values
 from workloads.addons import Addons
@@ -130,3 +131,7 @@ def export(cfg: StackConfig, target: Target, storage: CheckpointStorage,
     pulumi.export("rayNamespace", cfg.namespace)
     pulumi.export("rayJob", ray.rayjob_name)
     pulumi.export("rayHeadService", ray.head_service)
+    # What `python -m runs submit` renders a run with besides the stack file (runs/outputs.py).
+    pulumi.export("runsContext", pulumi.Output.from_input(target.image_cache).apply(
+        lambda cache: {"stack": pulumi.get_stack(), "clusterName": cfg.name,
+                       "image": through_cache(cfg.image, cache)}))

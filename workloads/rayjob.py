@@ -78,10 +78,12 @@ def head_service(rayjob_name: str) -> str:
     return f"{rayjob_name}-head-svc"
 
 
-def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict:
+def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str,
+                 name: str | None = None) -> dict:
     """The run's RayJob; with `queue` on, labelled for Kueue's LocalQueue and created suspended
-    (workloads/kueue.py `queued`). `python -m runs submit` renders its runs with this too."""
-    name = f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
+    (workloads/kueue.py `queued`). `python -m runs submit` renders its runs with this too, under
+    a `name` of its own (runs/render.py)."""
+    name = name or f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
     runtime_env = {"working_dir": CODE_MOUNT}
     pip = [*cfg.extra_pip, *([MLFLOW_CLIENT] if cfg.mlflow_tracking_uri else []),
            *([PEFT_CLIENT] if cfg.training.lora_rank else [])]
