@@ -100,7 +100,8 @@ def test_submit_creates_the_rendered_rayjob(outputs, capsys, api):
     assert main(["submit", "--outputs", str(outputs), "--set", "steps=50"]) == 0
     assert api.names() == [job["metadata"]["name"]]
     stored = api.world["rayjobs"][0]
-    assert stored["spec"] == job["spec"] and stored["metadata"]["labels"] == job["metadata"]["labels"]
+    assert stored["spec"] == job["spec"]
+    assert stored["metadata"]["labels"] == job["metadata"]["labels"]
     # The same settings again: the run exists (cancel it to run it again; it resumes).
     assert main(["submit", "--outputs", str(outputs), "--set", "steps=50"]) == 2
     assert "already exists" in capsys.readouterr().err

@@ -43,12 +43,14 @@ def rules(objs: list[dict]) -> list[str]:
                 if f["name"] not in flavors:
                     errors.append(f"{f['name']}: no such ResourceFlavor")
     errors += [f"LocalQueue {o['metadata']['name']}: no ClusterQueue {o['spec']['clusterQueue']}"
-               for o in objs if o["kind"] == "LocalQueue" and o["spec"]["clusterQueue"] not in queues]
+               for o in objs
+               if o["kind"] == "LocalQueue" and o["spec"]["clusterQueue"] not in queues]
     return errors
 
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=stack_name)
-@pytest.mark.parametrize("overrides", [{}, {"gpuNodeCount": "1"}, {"gpuInstanceType": "g6.48xlarge"}],
+@pytest.mark.parametrize("overrides",
+                         [{}, {"gpuNodeCount": "1"}, {"gpuInstanceType": "g6.48xlarge"}],
                          ids=["as-committed", "one-node", "g6.48xlarge"])
 def test_every_queue_object_of_every_stack_validates_strictly(path, overrides):
     objs = queue_objects(stack(path, **overrides))

@@ -160,7 +160,8 @@ def milestones(observed: dict | None, marks: Mapping[str, float | None]) -> dict
     """Every milestone that was recorded, epoch seconds."""
     pods = (observed or {}).get("pods", [])
     # The cold start counts from admission; the wait in the queue before it is queue_s.
-    at = {"start": (observed or {}).get("rayjob_admitted") or (observed or {}).get("rayjob_created"),
+    seen = observed or {}
+    at = {"start": seen.get("rayjob_admitted") or seen.get("rayjob_created"),
           "pods_created": _latest(pods, "created"),
           "scale_up_triggered": _latest(pods, "scale_up_triggered"),
           "nodes_registered": _latest(pods, "node_created"),
