@@ -24,6 +24,7 @@ from infra.storage import CheckpointStorage
 from stack import pulumi_config
 from stack.catalog import CHARTS, KUBERNETES_RELEASES, SPOT
 from stack.config import StackConfig
+from stack.images import through_cache
 from stack.kube import SERVICE_ACCOUNT
 from workloads import helm_values
 from workloads.addons import Addons
@@ -70,10 +71,10 @@ def run() -> None:
     addons = Addons("addons", provider, depends_on=target.addon_deps,
                     system_node_selector=dict(cfg.system_node_selector), region=cfg.region,
                     kuberay_crds=crds, autoscaler_values=target.autoscaler_values,
-                    crd_provider=target.crd_provider)
+                    crd_provider=target.crd_provider, queue=cfg.queue)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
                        storage.association, image_cache=target.image_cache,
-                       mlflow_password=mlflow_password)
+                       mlflow_password=mlflow_password, kueue=addons.kueue)
     export(cfg, target, storage, ray)
 
 
@@ -151,3 +152,7 @@ def export(cfg: StackConfig, target: Target, storage: CheckpointStorage,
     pulumi.export("rayNamespace", cfg.namespace)
     pulumi.export("rayJob", ray.rayjob_name)
     pulumi.export("rayHeadService", ray.head_service)
+    # What `python -m runs submit` renders a run with besides the stack file (runs/outputs.py).
+    pulumi.export("runsContext", pulumi.Output.from_input(target.image_cache).apply(
+        lambda cache: {"stack": pulumi.get_stack(), "clusterName": cfg.name,
+                       "image": through_cache(cfg.image, cache)}))

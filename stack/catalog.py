@@ -268,6 +268,10 @@ CHARTS: dict[str, Chart] = {
     # KUBERNETES_RELEASES so that its minor follows the cluster's.
     "cluster-autoscaler": Chart("cluster-autoscaler", "https://kubernetes.github.io/autoscaler",
                                 "9.59.0", "kube-system"),
+    # Kueue's chart (an OCI artifact, so no repo): its CRDs are templates, so Helm also upgrades
+    # them, and `ray.io/rayjob` is among its default integrations (kubernetes-sigs/kueue v0.19.2
+    # charts/kueue/templates/crd/, values.yaml managerConfig.integrations.frameworks).
+    "kueue": Chart("oci://registry.k8s.io/kueue/charts/kueue", "", "0.19.2", "kueue-system"),
 }
 
 

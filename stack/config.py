@@ -64,6 +64,7 @@ class StackConfig:
     system_node_selector: Mapping[str, str]
     gpu_node_selector: Mapping[str, str]
     run_job: bool
+    queue: bool  # Kueue admits every RayJob (workloads/kueue.py); false: they start at once
     strict_efa: bool
     force_destroy_bucket: bool
     training: TrainConfig

@@ -123,6 +123,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "systemNodeSelector": (_json, "system_node_selector"),
     "gpuNodeSelector": (_json, "gpu_node_selector"),
     "runJob": (_bool, "run_job"),
+    "queue": (_bool, "queue"),
     "strictEfa": (_bool, "strict_efa"),
     "forceDestroyBucket": (_bool, "force_destroy_bucket"),
     "training": (_json, "training"),

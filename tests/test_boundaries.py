@@ -5,7 +5,9 @@
 - `training` never imports `infra`, `workloads`, the Pulumi-facing part of `stack`, or `bench`,
   and never loads Pulumi; the job's settings, command line and error root (`training.config`,
   `training.flags`, `training.errors`) import only the standard library and each other;
-- `training`'s subpackages import only downward (`LAYERS`)."""
+- `training`'s subpackages import only downward (`LAYERS`);
+- `runs` (`python -m runs`) imports `stack` and `workloads` but never `infra`, `bench` or a
+  Pulumi-facing module, and loads neither Pulumi nor torch nor Ray."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import pytest
 
 from tests.conftest import REPO
 
-PACKAGES = ("stack", "infra", "workloads", "training", "bench")
+PACKAGES = ("stack", "infra", "workloads", "training", "bench", "runs")
 PULUMI = {"pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes"}
 
 
@@ -129,3 +131,18 @@ def test_training_subpackages_import_only_downward(module):
     mine = LAYERS.index(_layer(module))
     upward = sorted(n for n in imported(module) if _layer(n) and LAYERS.index(_layer(n)) > mine)
     assert not upward, f"{module} imports from a layer above it: {upward}"
+
+
+def test_runs_imports_no_infra_no_benchmark_and_no_pulumi_facing_module():
+    facing = pulumi_facing("stack") | pulumi_facing("workloads")
+    for m in modules("runs"):
+        bad = sorted(n for n in imported(m) if top(n) in {"infra", "bench", *PULUMI}
+                     or any(n == f or n.startswith(f + ".") for f in facing))
+        assert not bad, (m, bad)
+
+
+def test_runs_loads_neither_pulumi_nor_torch_nor_ray():
+    loaded = loaded_after_import(importable("runs"))
+    assert "kubernetes" in loaded and "workloads" in loaded
+    assert not loaded & {"torch", "ray", "transformers"} and not any(
+        m.startswith("pulumi") for m in loaded)

@@ -21,17 +21,18 @@ class Addons(pulumi.ComponentResource):
     kuberay: k8s.helm.v3.Release | None  # this stack's operator; None: the cluster's own
     nvidia: k8s.helm.v3.Release  # the NVIDIA device plugin
     efa: k8s.helm.v3.Release  # the EFA device plugin
+    kueue: k8s.helm.v3.Release | None  # Kueue (stack key queue); None when it is off
 
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
                  system_node_selector: dict[str, str], region: str,
                  kuberay_crds: Mapping[str, str] | None, autoscaler_values: dict | None = None,
-                 crd_provider: k8s.Provider | None = None,
+                 crd_provider: k8s.Provider | None = None, queue: bool = False,
                  opts: pulumi.ResourceOptions | None = None):
         """`kuberay_crds`: kind -> CRD text of the pinned release, applied with the operator;
         None when the cluster runs its own KubeRay (no second operator, its CRDs untouched).
         `crd_provider`: a shared cluster's, which adopts CRDs that are already there; they are
         then left in place on destroy. `autoscaler_values`: install cluster-autoscaler (own
-        cluster only)."""
+        cluster only). `queue`: install Kueue, which queues the RayJobs (workloads/kueue.py)."""
         super().__init__("eksraytrain:workloads:Addons", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
         self.kuberay = None
@@ -54,12 +55,16 @@ class Addons(pulumi.ComponentResource):
                                  base, skip_await=True)
         if autoscaler_values is not None:
             self._release(name, "cluster-autoscaler", autoscaler_values, base)
+        # Awaited: its webhooks must answer before the queue objects and RayJobs are created.
+        self.kueue = (self._release(name, "kueue", helm_values.kueue(system_node_selector), base)
+                      if queue else None)
         self.register_outputs({})
 
     def _release(self, name: str, chart_key: str, values: dict, opts: pulumi.ResourceOptions,
                  **kwargs) -> k8s.helm.v3.Release:
         chart = CHARTS[chart_key]
+        repo = {"repository_opts": {"repo": chart.repo}} if chart.repo else {}  # "": an OCI chart
         return k8s.helm.v3.Release(
-            f"{name}-{chart_key}", chart=chart.name, version=chart.version,
-            repository_opts={"repo": chart.repo}, namespace=chart.namespace,
+            f"{name}-{chart_key}", chart=chart.name, version=chart.version, **repo,
+            namespace=chart.namespace,
             create_namespace=True, values=values, opts=opts, **kwargs)

@@ -19,6 +19,19 @@ def kuberay_operator(node_selector: dict[str, str]) -> dict:
                           "limits": {"cpu": "100m", "memory": "512Mi"}}}
 
 
+def kueue(node_selector: dict[str, str]) -> dict:
+    """Kueue's controller on the system node (the chart's `controllerManager.nodeSelector`, empty
+    by default: kubernetes-sigs/kueue v0.19.2 charts/kueue/values.yaml); its default
+    integrations already include ray.io/rayjob, and it manages only objects with a queue label
+    (its Configuration sets no manageJobsWithoutQueueName, false by default). The chart requests
+    500m CPU: on an m7i.xlarge beside the operator, the autoscaler and a run's head that is more
+    than is left, and the controller idles between admissions."""
+    return {"controllerManager": {
+        "nodeSelector": dict(node_selector),
+        "manager": {"resources": {"requests": {"cpu": "100m", "memory": "512Mi"},
+                                  "limits": {"cpu": "500m", "memory": "512Mi"}}}}}
+
+
 def nvidia_device_plugin() -> dict:
     """Only on GPU nodes, tolerating their taint. The pinned chart (>= 0.19.3) leaves MOFED off,
     so /dev/infiniband/uverbs* stay with the EFA plugin."""

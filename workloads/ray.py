@@ -12,6 +12,7 @@ import pulumi_kubernetes as k8s
 from stack.config import StackConfig
 from stack.images import through_cache
 from workloads.code_bundle import CodeBundle
+from workloads.kueue import API_VERSION as KUEUE_API, queue_objects
 from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, MLFLOW_SECRET, SERVICE_ACCOUNT
 from workloads.rayjob import build_rayjob, head_service
 from workloads.rbac import head_rbac
@@ -29,12 +30,30 @@ def _rbac(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.Res
 
 
 def _custom_resource(name: str, kind: str, manifest: pulumi.Input[dict],
-                     opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
-    """A ray.io/v1 object from a builder's manifest (a dict, or an Output of one)."""
+                     opts: pulumi.ResourceOptions,
+                     api_version: str = "ray.io/v1") -> k8s.apiextensions.CustomResource:
+    """A ray.io/v1 (or Kueue) object from a builder's manifest (a dict, or an Output of one)."""
     m = pulumi.Output.from_input(manifest)
     return k8s.apiextensions.CustomResource(
-        name, api_version="ray.io/v1", kind=kind, metadata=m.apply(lambda d: d["metadata"]),
+        name, api_version=api_version, kind=kind, metadata=m.apply(lambda d: d["metadata"]),
         spec=m.apply(lambda d: d["spec"]), opts=opts)
+
+
+def _queue(name: str, cfg: StackConfig, kueue: pulumi.Resource, base: pulumi.ResourceOptions,
+           ns: pulumi.Resource) -> pulumi.Resource:
+    """Kueue's flavors, ClusterQueue and LocalQueue (workloads/kueue.py), each after the ones it
+    names and all after Kueue itself (its webhooks validate them); returns the LocalQueue. Only
+    the LocalQueue waits for the namespace: on destroy the ClusterQueue's finalizer
+    (kueue.x-k8s.io/resource-in-use) holds it until the namespace's admitted Workloads are gone,
+    so it must not be deleted before the namespace is."""
+    previous: list[pulumi.Resource] = [kueue]
+    for m in queue_objects(cfg):
+        after = [*previous, *([ns] if m["kind"] == "LocalQueue" else [])]
+        previous = [*previous, _custom_resource(
+            f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m["kind"], m,
+            pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)),
+            api_version=KUEUE_API)]
+    return previous[-1]
 
 
 class RayWorkloads(pulumi.ComponentResource):
@@ -51,16 +70,27 @@ class RayWorkloads(pulumi.ComponentResource):
                  provider: k8s.Provider, operator: pulumi.Resource | None,
                  pod_identity: pulumi.Resource, image_cache: pulumi.Input[str] | None = None,
                  mlflow_password: pulumi.Input[str] | None = None,
+                 kueue: pulumi.Resource | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         """`operator`: this stack's KubeRay operator (None: the cluster's own); `pod_identity`:
         the association that gives the service account its S3 access; `image_cache`: the
         pull-through cache repository for ECR Public images (stack.images), None to pull them
-        from ECR Public; `mlflow_password`: the secret mlflowTrackingPassword, None without."""
+        from ECR Public; `mlflow_password`: the secret mlflowTrackingPassword, None without;
+        `kueue`: the Kueue release (stack key queue), None without."""
         super().__init__("eksraytrain:workloads:RayWorkloads", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider)
         namespace = cfg.namespace
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": namespace}, opts=base)
+        # The namespace after the operators, so that `pulumi destroy` deletes it, and with it the
+        # RayJobs `python -m runs` submitted (which the stack does not track), while KubeRay and
+        # Kueue still run to remove their finalizers (KubeRay 1.7.0 rayjob_controller.go drops
+        # ray.io/rayjob-stop-job-finalizer once the RayJob is deleted; Kueue its Workloads'
+        # kueue.x-k8s.io/resource-in-use): without them the namespace would stay Terminating.
+        controllers = [r for r in (operator, kueue) if r is not None]
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": namespace},
+                                   opts=pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
+                                       depends_on=controllers)))
         in_ns = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=[ns]))
+        queue = _queue(name, cfg, kueue, base, ns) if cfg.queue and kueue is not None else None
         k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": SERVICE_ACCOUNT,
                                                            "namespace": namespace}, opts=in_ns)
         if hf_token is not None:
@@ -98,6 +128,9 @@ class RayWorkloads(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
                     # The head reads the API from its start (cold start, scale-up watch).
                     depends_on=[ns, code, pod_identity, *roles, *secrets,
-                                *([operator] if operator else [])],
+                                *([operator] if operator else []), *([queue] if queue else [])],
+                    # Kueue owns spec.suspend (it unsuspends the RayJob on admission: Kueue's
+                    # rayjobs page): a refresh that reads `false` must not replace the run.
+                    ignore_changes=["spec.suspend"],
                     replace_on_changes=["metadata.name", "spec"], delete_before_replace=True)))
         self.register_outputs({})

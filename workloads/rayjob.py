@@ -24,6 +24,7 @@ from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGE
 from training.config import TrainConfig
 from training.flags import render
 from workloads.code_bundle import CodeBundle
+from workloads.kueue import queued
 from workloads.raycluster import build_cluster_spec
 from workloads.scaleup_watch import with_cold_start
 
@@ -77,15 +78,19 @@ def head_service(rayjob_name: str) -> str:
     return f"{rayjob_name}-head-svc"
 
 
-def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict:
-    name = f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
+def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str,
+                 name: str | None = None) -> dict:
+    """The run's RayJob; with `queue` on, labelled for Kueue's LocalQueue and created suspended
+    (workloads/kueue.py `queued`). `python -m runs submit` renders its runs with this too, under
+    a `name` of its own (runs/render.py)."""
+    name = name or f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
     runtime_env = {"working_dir": CODE_MOUNT}
     pip = [*cfg.extra_pip, *([MLFLOW_CLIENT] if cfg.mlflow_tracking_uri else []),
            *([PEFT_CLIENT] if cfg.training.lora_rank else []),
            *([LM_EVAL_CLIENT] if cfg.training.harness_tasks else [])]
     if pip:
         runtime_env["pip"] = pip
-    return {
+    return queued({
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {"name": name, "namespace": cfg.namespace},
@@ -118,4 +123,4 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str) -> dict
                                                            "items": bundle.items}}],
             }},
         },
-    }
+    }, cfg)

@@ -16,7 +16,7 @@ def test_existing_cluster_mode_deploys_only_addons_and_workloads():
     m = run_program(DEV, {"existingClusterName": "shared-gpu"})
     types = {r.type for r in m.resources}
     assert not types & {"eks:index:Cluster", NODE_GROUP, "aws:ec2/vpc:Vpc"}
-    assert len(m.of_type("kubernetes:helm.sh/v3:Release")) == 3
+    assert len(m.of_type("kubernetes:helm.sh/v3:Release")) == 4  # KubeRay, 2 plugins, Kueue
     assert not m.of_type("kubernetes:helm.sh/v3:Release", "cluster-autoscaler")
     assert m.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "ckpt").inputs[
         "clusterName"] == "shared-gpu"

@@ -30,7 +30,7 @@ def test_every_stack_file_deploys_the_full_graph(path):
                 "aws:s3/bucket:Bucket", "aws:eks/podIdentityAssociation:PodIdentityAssociation",
                 "kubernetes:core/v1:ConfigMap"):  # the Ray workloads (a RayJob only if runJob)
         assert m.of_type(typ), typ
-    assert len(m.of_type(NODE_GROUP)) == 2 and len(m.of_type("kubernetes:helm.sh/v3:Release")) == 4
+    assert len(m.of_type(NODE_GROUP)) == 2 and len(m.of_type("kubernetes:helm.sh/v3:Release")) == 5  # with Kueue
     assert len(m.of_type("aws:ec2/natGateway:NatGateway")) == 1  # one NAT: cost
 
 
@@ -233,7 +233,8 @@ def test_helm_releases_pinned_on_the_right_nodes_and_ordered(dev):
     releases = {r.inputs["chart"]: r for r in dev.of_type("kubernetes:helm.sh/v3:Release")}
     assert {c: r.inputs["version"] for c, r in releases.items()} == {
         "kuberay-operator": "1.7.0", "nvidia-device-plugin": "0.20.0",
-        "aws-efa-k8s-device-plugin": "v0.5.30", "cluster-autoscaler": "9.59.0"}
+        "aws-efa-k8s-device-plugin": "v0.5.30", "cluster-autoscaler": "9.59.0",
+        "oci://registry.k8s.io/kueue/charts/kueue": "0.19.2"}
     kuberay = releases["kuberay-operator"].inputs
     assert kuberay["values"]["nodeSelector"] == {"role": "system"} and kuberay["skipCrds"] is True
     for chart in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):

@@ -124,11 +124,14 @@ def observe(api: KubeAPI, namespace: str, cluster: str, rayjob: str | None) -> d
     nodes = {}
     for name in {p.get("spec", {}).get("nodeName") for p in pods} - {None}:
         nodes[name] = api.node(name)
-    created = None
+    created = admitted = None
     if rayjob:
         job = api.get(api.rayjob_path(namespace, rayjob))
         created = parse_time(job["metadata"].get("creationTimestamp"))
-    return {"rayjob_created": created,
+        # KubeRay 1.7.0 sets status.startTime again when Kueue unsuspends a queued RayJob
+        # (rayjob_controller.go: Suspended -> New -> initRayJobStatusIfNeed): its admission.
+        admitted = parse_time((job.get("status") or {}).get("startTime"))
+    return {"rayjob_created": created, "rayjob_admitted": admitted,
             "pods": [_pod_view(p, events, nodes.get(p.get("spec", {}).get("nodeName")))
                      for p in pods]}
 
@@ -156,7 +159,9 @@ def _latest(pods: list[dict], key: str) -> float | None:
 def milestones(observed: dict | None, marks: Mapping[str, float | None]) -> dict[str, float]:
     """Every milestone that was recorded, epoch seconds."""
     pods = (observed or {}).get("pods", [])
-    at = {"start": (observed or {}).get("rayjob_created"),
+    # The cold start counts from admission; the wait in the queue before it is queue_s.
+    seen = observed or {}
+    at = {"start": seen.get("rayjob_admitted") or seen.get("rayjob_created"),
           "pods_created": _latest(pods, "created"),
           "scale_up_triggered": _latest(pods, "scale_up_triggered"),
           "nodes_registered": _latest(pods, "node_created"),
@@ -188,7 +193,7 @@ def timeline(observed: dict | None, marks: Mapping[str, float | None],
                        "usd": _node_usd(node_starts, prev, end, usd_per_hour)})
         prev = end
     pulls = [p["pull_s"] for p in pods if p["pull_s"] is not None]
-    return {"phases": phases,
+    return {"phases": phases, "queue_s": queue_seconds(observed),
             "total_s": round(sum(p["seconds"] for p in phases), 1),
             "gpu_node_usd": (round(sum(p["usd"] for p in phases), 4)
                              if usd_per_hour is not None else None),
@@ -196,6 +201,14 @@ def timeline(observed: dict | None, marks: Mapping[str, float | None],
             "image_pull_s": pulls or None,
             "image_bytes": next((p["image_bytes"] for p in pods if p["image_bytes"]), None),
             "from": "rayjob" if "start" in at else ("first milestone" if phases else None)}
+
+
+def queue_seconds(observed: dict | None) -> float | None:
+    """How long the RayJob waited in Kueue's queue: creation to admission (no GPU node, no Ray
+    head meanwhile, so no part of the cold start)."""
+    created = (observed or {}).get("rayjob_created")
+    admitted = (observed or {}).get("rayjob_admitted")
+    return round(max(0.0, admitted - created), 1) if created and admitted else None
 
 
 def _node_usd(node_starts: list[float], start: float, end: float,
@@ -221,6 +234,8 @@ def report_lines(t: dict, title: str = "cold start") -> list[str]:
     money = t["gpu_node_usd"] is not None
     since = "the RayJob's creation" if t["from"] == "rayjob" else "the first recorded milestone"
     out = [f"{title} (from {since}):"]
+    if t.get("queue_s"):
+        out[0] = f"{title} (from the RayJob's admission, after {t['queue_s']:.1f} s in the queue):"
     for p in t["phases"]:
         cost = f"  {p['usd']:.3f} USD" if money else ""
         out.append(f"  {p['seconds']:8.1f} s{cost}  {p['phase']}")

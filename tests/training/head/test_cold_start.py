@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.training import kube_fake
 from tests.training.kube_fake import FakeKube, cold_start_world, in_cluster_env
 from training.head import cold_start
 from training.head.kube_api import KubeAPI, KubeAPIError
@@ -115,3 +116,19 @@ def test_go_durations_as_kubelet_prints_them(text, seconds):
 def test_a_malformed_duration_is_refused(text):
     with pytest.raises(ValueError):
         cold_start.go_seconds(text)
+
+
+def test_a_run_that_waited_in_the_queue_counts_its_cold_start_from_admission(tmp_path):
+    """Kueue held the RayJob suspended for 15 minutes; KubeRay 1.7.0 set status.startTime when
+    Kueue unsuspended it (rayjob_controller.go, Suspended -> New -> initRayJobStatusIfNeed). The
+    wait is queue time, not cold start: no node or pod existed for it."""
+    world = cold_start_world(T0)
+    job = world["rayjobs"][0]
+    job["metadata"]["creationTimestamp"] = kube_fake.ts(T0 - 900)
+    job["status"]["startTime"] = kube_fake.ts(T0)
+    with FakeKube(world, head_rbac("ray", JOB, True), tls_dir=tmp_path) as fake:
+        env, sa = in_cluster_env(fake, tmp_path, CLUSTER, JOB)
+        t = cold_start.timeline(cold_start.observe_here(env, sa), marks(), PRICE)
+    assert t["queue_s"] == 900
+    assert t["total_s"] == 480  # as for a run admitted at once
+    assert "after 900.0 s in the queue" in cold_start.report_lines(t)[0]
