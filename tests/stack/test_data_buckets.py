@@ -17,7 +17,8 @@ DEV = next(p for p in STACK_FILES if p.name == "Pulumi.dev.yaml")
 def problems(**raw: object) -> list[str]:
     base, region = raw_config(DEV)
     try:
-        parse({**base, **{k: json.dumps(v) for k, v in raw.items()}}, region)
+        parse({**base, **{k: v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}},
+              region)
     except ConfigError as e:
         return e.problems
     return []
@@ -35,7 +36,7 @@ def test_a_malformed_entry_is_refused_naming_the_key_and_the_fix(entry, fix):
 
 
 def test_data_buckets_must_be_a_list_of_strings():
-    found = problems(dataBuckets="s3://my-bucket/")
+    found = problems(dataBuckets=[["s3://my-bucket/"]])
     assert any(p.startswith("dataBuckets: expected a list of strings") for p in found), found
 
 
