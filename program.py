@@ -17,7 +17,7 @@ from infra.cost import hourly_cost
 from infra.engine import require_cli
 from infra.image_cache import ImageCache
 from infra.lookups import require_aws_partition
-from infra.network import Network, lookup_zones
+from infra.network import Network, existing_zones, lookup_zones
 from infra.quota import check_quotas
 from infra.replacement import refuse_replacement_during_run
 from infra.storage import CheckpointStorage
@@ -101,7 +101,7 @@ def own_cluster(cfg: StackConfig, profile: str | None) -> Target:
     check_quotas(cfg)  # before any resource: a run that cannot launch its nodes bills anyway
     ignore_changes = scaling_updates(cfg)  # likewise: a new GPU maximum while a run holds nodes
     refuse_replacement_during_run(cfg)  # and a change that would replace a group under a run
-    network = Network("net", cfg, lookup_zones(cfg))
+    network = Network("net", cfg, lookup_zones(cfg), existing_zones(cfg))
     cluster = Cluster("eks", cfg, network, ignore_changes, profile)
     autoscaler = AutoscalerIdentity("autoscaler", cfg, cluster.cluster_name)
     image_cache = (ImageCache("images", cfg, list(cluster.node_roles.values())).repository

@@ -25,6 +25,28 @@ def lookup_zones(cfg: StackConfig) -> list[str]:
                         cfg.gpu_instance_type, cfg.system_instance_type)
 
 
+def existing_zones(cfg: StackConfig) -> list[str] | None:
+    """The zones of this stack's private subnets where its VPC exists already (GPU zone first, by
+    the CIDRs Network gives them), else None. DescribeVpcs and DescribeSubnets with filters that
+    match nothing answer an empty list, not an error (terraform-provider-aws
+    vpc_vpcs_data_source.go and vpc_subnets_data_source.go set `ids` from what they found), so a
+    fresh account reads None. The VPC is known by the Name and cluster tags Network gives it
+    (cluster names are unique per account and Region)."""
+    vpcs = aws.ec2.get_vpcs(filters=[
+        {"name": "tag:Name", "values": [cfg.name]},
+        {"name": f"tag:kubernetes.io/cluster/{cfg.name}", "values": ["shared"]}]).ids or []
+    if len(vpcs) != 1:
+        return None
+    zones = []
+    for cidr in subnet_cidrs(cfg.vpc_cidr, 2 * ZONE_COUNT)[ZONE_COUNT:]:
+        ids = aws.ec2.get_subnets(filters=[{"name": "vpc-id", "values": vpcs},
+                                           {"name": "cidr-block", "values": [cidr]}]).ids or []
+        if len(ids) != 1:
+            return None
+        zones.append(aws.ec2.get_subnet(id=ids[0]).availability_zone)
+    return zones
+
+
 class Network(pulumi.ComponentResource):
     """Private subnets hold the nodes, the GPU zone's first: a one-zone node group (the GPU
     group) uses only that one (infra/node_groups.py NodeGroupSpec.zones).
@@ -34,7 +56,8 @@ class Network(pulumi.ComponentResource):
     provider sets its output to its input on create, preview included, and keeps the old output
     on every update and refresh (pkg/resource/deploy/builtins.go, Create/Update/Read of
     pulumi:index:Stash; pulumi 3.272.0's pulumi/stash.py), so it survives a failed update too.
-    A stack deployed before the Stash existed stores this run's choice on its next update."""
+    A stack deployed before the Stash existed stores the zones of the subnets it has
+    (`existing`, existing_zones), not this run's choice: AWS's offerings may have changed since."""
 
     zones: pulumi.Output[list[str]]  # the two zones the subnets are in, the GPU zone first
     gpu_zone: pulumi.Output[str]  # the GPU group's one zone (the gpuAvailabilityZone output)
@@ -43,10 +66,10 @@ class Network(pulumi.ComponentResource):
     private_subnets: list[aws.ec2.Subnet]  # one per zone, in `zones` order: the nodes'
 
     def __init__(self, name: str, cfg: StackConfig, chosen: list[str],
-                 opts: pulumi.ResourceOptions | None = None):
+                 existing: list[str] | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__("eksraytrain:infra:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        first = pulumi.Stash(f"{name}-zones", input=chosen, opts=child).output
+        first = pulumi.Stash(f"{name}-zones", input=existing or chosen, opts=child).output
         self.zones = first.apply(lambda kept: keep_zones(kept, chosen, cfg.gpu_availability_zone))
         zone = [self.zones.apply(lambda zones, i=i: zones[i]) for i in range(ZONE_COUNT)]
         self.gpu_zone = zone[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from stack.data_access import S3Location
+
 # Managed policies worker nodes need and nothing more: join the cluster, pull images, run the VPC
 # CNI. Pods get AWS access through Pod Identity, never through the node role. ARNs of the aws
 # partition: the program refuses Regions of any other (infra/lookups.py require_aws_partition).
@@ -54,3 +56,23 @@ def cluster_autoscaler(cluster_name: str) -> dict:
          "Resource": ["*"], "Condition": {"StringEquals": {
              f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}}},
     ]}
+
+
+def data_read(locations: tuple[S3Location, ...]) -> dict | None:
+    """Read-only access to the stack's dataBuckets (None when it lists none): s3:GetObject on the
+    objects under each prefix, s3:ListBucket on its bucket only for keys under that prefix (the
+    `s3:prefix` condition key of ListObjects; IAM user guide, reference_policies_examples_s3_
+    home-directory-console, and the S3 service authorization reference), nothing written."""
+    if not locations:
+        return None
+    statements: list[dict] = []
+    for loc in locations:
+        bucket_arn = f"arn:aws:s3:::{loc.bucket}"
+        listing: dict = {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+                         "Resource": bucket_arn}
+        if loc.prefix:
+            listing = {**listing, "Action": ["s3:ListBucket"], "Condition": {
+                "StringLike": {"s3:prefix": [loc.prefix, f"{loc.prefix}*"]}}}
+        statements += [listing, {"Effect": "Allow", "Action": ["s3:GetObject"],
+                                 "Resource": f"{bucket_arn}/{loc.prefix}*"}]
+    return {"Version": "2012-10-17", "Statement": statements}

@@ -8,7 +8,8 @@ import pulumi
 import pulumi_aws as aws
 
 from stack.config import StackConfig
-from infra.policies import bucket_access, pod_identity_trust
+from infra.policies import bucket_access, data_read, pod_identity_trust
+from stack.data_access import locations
 
 
 class CheckpointStorage(pulumi.ComponentResource):
@@ -45,6 +46,10 @@ class CheckpointStorage(pulumi.ComponentResource):
         aws.iam.RolePolicy(f"{name}-ray-pods-bucket", role=self.role.id,
                            policy=self.bucket.arn.apply(lambda arn: json.dumps(bucket_access(arn))),
                            opts=child)
+        data = data_read(locations(cfg.data_buckets))
+        if data is not None:  # dataBuckets: read-only, scoped to each prefix
+            aws.iam.RolePolicy(f"{name}-ray-pods-data", role=self.role.id,
+                               policy=json.dumps(data), opts=child)
         self.association = aws.eks.PodIdentityAssociation(
             f"{name}-ray-pods-identity", cluster_name=cluster_name, namespace=namespace,
             service_account=service_account, role_arn=self.role.arn, tags=dict(cfg.tags),

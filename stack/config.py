@@ -67,6 +67,7 @@ class StackConfig:
     queue: bool  # Kueue admits every RayJob (workloads/kueue.py); false: they start at once
     strict_efa: bool
     force_destroy_bucket: bool
+    data_buckets: tuple[str, ...]  # s3://bucket or s3://bucket/prefix/ the pods may read
     training: TrainConfig
     mlflow_tracking_uri: str | None  # http(s):// of a tracking server the pods can reach
     mlflow_tracking_username: str | None  # basic auth, with the secret mlflowTrackingPassword

@@ -126,6 +126,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "queue": (_bool, "queue"),
     "strictEfa": (_bool, "strict_efa"),
     "forceDestroyBucket": (_bool, "force_destroy_bucket"),
+    "dataBuckets": (_json, "data_buckets"),
     "training": (_json, "training"),
     "mlflowTrackingUri": (_str, "mlflow_tracking_uri"),
     "mlflowTrackingUsername": (_str, "mlflow_tracking_username"),
@@ -191,7 +192,8 @@ def parse(raw: Mapping[str, Any], region: str, default_name: str = "ray-train") 
     unknown = _capacity(values)
     values["training"] = _training(values.get("training") or {}, _workers(values), problems)
     for key, attr, example in (("apiPublicCidrs", "api_public_cidrs", '["203.0.113.0/24"]'),
-                               ("extraPip", "extra_pip", '["datasets==4.4.1"]')):
+                               ("extraPip", "extra_pip", '["datasets==4.4.1"]'),
+                               ("dataBuckets", "data_buckets", '["s3://my-bucket/chats/"]')):
         value = values.get(attr)
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             problems.append(f"{key}: expected a list of strings, e.g. {example}")

@@ -9,6 +9,7 @@ import json
 import re
 from stack import catalog
 from stack.config import StackConfig
+from stack.data_access import data_access_problems
 from stack.kube import (EKS_NAME_MAX, GPU_SELECTOR, JOB_HASH_LEN, RAYCLUSTER_NAME_MAX,
                         RAYJOB_NAME_MAX, RUN_START_BUDGET_S, SYSTEM_LABELS)
 from stack.tracking import tracking_problems
@@ -29,7 +30,8 @@ _K8S_VERSION = re.compile(r"^1\.\d{2}$")
 def validate(cfg: StackConfig) -> list[str]:
     """Semantic problems: ranges, names, CIDRs, zones, instance facts, reservations."""
     return [*region_and_names(cfg), *network(cfg), *node_groups(cfg), *reservations(cfg),
-            *capacity_type(cfg), *job(cfg), *access(cfg), *existing_cluster(cfg)]
+            *capacity_type(cfg), *job(cfg), *access(cfg), *existing_cluster(cfg),
+            *data_access(cfg)]
 
 
 def region_and_names(cfg: StackConfig) -> list[str]:
@@ -155,6 +157,13 @@ def job(cfg: StackConfig) -> list[str]:
                  f"the deadline counts from the RayJob's start, so it covers node boot and image "
                  f"pull ({RUN_START_BUDGET_S} s allowed) as well as training")
     return p
+
+
+def data_access(cfg: StackConfig) -> list[str]:
+    """The run reads S3 only where its pods' role may: dataBuckets and the checkpoint bucket."""
+    t = cfg.training
+    return data_access_problems(cfg.data_buckets, {
+        "training.data": t.data, "training.evalData": t.eval_data, "training.model": t.model})
 
 
 def access(cfg: StackConfig) -> list[str]:

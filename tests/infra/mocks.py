@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pulumi
 
+from tests.infra.mock_ec2 import Ec2Account
 from tests.infra.mock_eks import EksAccount, ProviderInvokeError
 from tests.stack.stacks import PROJECT
 
@@ -57,7 +58,7 @@ class Recorded:
     inputs: dict
 
 
-class RecordingMocks(EksAccount, pulumi.runtime.Mocks):
+class RecordingMocks(EksAccount, Ec2Account, pulumi.runtime.Mocks):
     """Outputs echo the inputs plus what the program reads back; invokes answer in camelCase,
     as the real providers do. `offering` sets which zones offer the GPU instance type (every zone,
     Local Zones included, offers the others). `prior`: the mocks of the previous run, whose
@@ -107,6 +108,7 @@ class RecordingMocks(EksAccount, pulumi.runtime.Mocks):
         self.previous_outputs: dict = dict(prior.exports) if prior and not prior.preview else {}
         self.stashes: dict[str, object] = dict(prior.stashes) if prior else {}
         self._init_eks(prior)
+        self._init_ec2(prior)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append(Recorded(args.typ, args.name, dict(args.inputs)))
@@ -139,6 +141,7 @@ class RecordingMocks(EksAccount, pulumi.runtime.Mocks):
             outputs["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
         if args.typ == "aws:ecr/pullThroughCacheRule:PullThroughCacheRule":
             outputs["registryId"] = self.deployer.split(":")[4]  # the caller's account
+        self.ec2_resource(args, f"{args.name}-id")
         return f"{args.name}-id", outputs
 
     def _stack_reference(self, name: str) -> dict:
@@ -167,6 +170,9 @@ class RecordingMocks(EksAccount, pulumi.runtime.Mocks):
         eks_answer = self.eks_call(args.token, args.args)
         if eks_answer is not None:
             return eks_answer
+        ec2_answer = self.ec2_call(args.token, args.args, self.region)
+        if ec2_answer is not None:
+            return ec2_answer
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             zones = _describe_zones(ZONE_DATA[self.region], args.args)
             return {"names": [z[0] for z in zones], "zoneIds": [z[1] for z in zones],

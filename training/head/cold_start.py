@@ -90,6 +90,22 @@ def event_time(e: dict) -> float | None:
                       or e.get("metadata", {}).get("creationTimestamp"))
 
 
+DIGEST = re.compile(r"@?(sha256:[0-9a-f]{64})$")
+
+
+def image_digest(pod: dict) -> str | None:
+    """The digest of the image the pod's Ray container (KubeRay's container 0) ran:
+    `status.containerStatuses[].imageID`, which the runtime resolves whatever the spec named
+    (a tag moves with rebuilds; API reference core/v1 ContainerStatus: "The image ID may not
+    match the image ID of the image used in the PodSpec, as it may have been resolved by the
+    runtime"): containerd writes `repo@sha256:<hex>`, dockershim `docker-pullable://repo@sha256:`."""
+    container = pod.get("spec", {}).get("containers", [{}])[0].get("name")
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        if container in (None, status.get("name")) and (m := DIGEST.search(status.get("imageID", ""))):
+            return m[1]
+    return None
+
+
 def _pod_view(pod: dict, events: list[dict], node: dict | None) -> dict:
     uid = pod["metadata"]["uid"]
     mine = sorted((e for e in events if e.get("involvedObject", {}).get("uid") == uid),
@@ -98,7 +114,7 @@ def _pod_view(pod: dict, events: list[dict], node: dict | None) -> dict:
             "created": parse_time(pod["metadata"].get("creationTimestamp")),
             "scheduled": _condition(pod, "PodScheduled"), "ready": _condition(pod, "Ready"),
             "scale_up_triggered": None, "pulled": None, "pull_s": None, "image_bytes": None,
-            "node_created": None, "node_ready": None}
+            "node_created": None, "node_ready": None, "image_digest": image_digest(pod)}
     for e in mine:
         reason, message = e.get("reason"), e.get("message", "")
         if reason == "TriggeredScaleUp" and view["scale_up_triggered"] is None:
@@ -200,6 +216,8 @@ def timeline(observed: dict | None, marks: Mapping[str, float | None],
             "gpu_node_usd_per_hour": usd_per_hour,
             "image_pull_s": pulls or None,
             "image_bytes": next((p["image_bytes"] for p in pods if p["image_bytes"]), None),
+            # Every worker's; more than one where a tag moved between their pulls.
+            "image_digest": ",".join(sorted({p.get("image_digest") for p in pods} - {None})) or None,
             "from": "rayjob" if "start" in at else ("first milestone" if phases else None)}
 
 
