@@ -16,7 +16,7 @@ from training.evals import harness, models, samples
 
 @dataclass(frozen=True)
 class Evaluated:
-    harness: dict | None = None  # {task: {metric: {"base", "tuned", "stderr"}}}
+    harness: dict | None = None  # {task: {metric: {"base", "tuned", "stderr": {"base", "tuned"}}}}
     harness_s: float | None = None  # both models' load, samples and scoring
     harness_error: str | None = None
     samples_path: str | None = None

@@ -101,7 +101,7 @@ class RunSummary:
     stopped: str | None = None  # why the run ended early (a non-finite loss), if it did
     export_path: str | None = None  # the Hugging Face model directory, when exported
     # After the export (training/evals): lm-eval scores of base and tuned, the sample answers.
-    harness: dict | None = None  # {task: {metric: {"base", "tuned", "stderr"}}}
+    harness: dict | None = None  # {task: {metric: {"base", "tuned", "stderr": {"base", "tuned"}}}}
     harness_s: float | None = None
     harness_error: str | None = None  # why the evaluation failed (the run did not)
     samples_path: str | None = None
