@@ -24,13 +24,15 @@
 #   preempt  one GPU, about 2 minutes: a preemption's checkpoint, one rank's shards of the 1.5B
 #            run on 8 workers written (local disk and /dev/shm) and copied to local storage
 #            (bench.emergency_save; the S3 upload itself: the same command from a GPU pod)
+#   harness  one GPU, about 2 minutes: lm-eval seconds per 100 examples (bench.harness_time)
+#            CPU rehearsal: MODEL=tiny OUT=/tmp/out bash bench/device-run.sh harness
 # Afterwards, here: copy $OUT's JSON into bench/runs/<date>/ and run `python -m bench.results`
 # (RESULTS.md) and `python -m bench.calibrate --fit bench/runs/<date>/calibration.json`.
 # MODEL/SEQ/WORKERS override the shape for a CPU rehearsal of the flags (tests/bench/test_runbook.py
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|preempt}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|preempt|harness}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2} LARGE=${LARGE:-qwen2.5-7b}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -126,6 +128,13 @@ preempt)  # one GPU: how long one rank's preemption checkpoint takes (issue 29)
   timeout 200 python3 -m bench.emergency_save --model "$MODEL" --world 8 --repeats 2 \
     --storage-path /tmp/emergency-save-storage --json-out "$OUT/emergency-save.json" \
     2>&1 | tee "$OUT/preempt.log"
+  ;;
+harness)  # one GPU, about 2 minutes: lm-eval's seconds per 100 examples of the shipped task for
+  # the default shape (bench.harness_time); needs lm_eval 0.4.13 installed there (no PyPI)
+  python3 -c "import lm_eval; print('lm_eval', lm_eval.__version__)" 2>&1 | tee "$OUT/harness.log"
+  timeout 200 python3 -m bench.harness_time --model "$MODEL" --limit 100 \
+    2>&1 | tee -a "$OUT/harness.log"
+  tail -n 1 "$OUT/harness.log" > "$OUT/harness.json"
   ;;
 *) echo "unknown part $PART" >&2; exit 2 ;;
 esac

@@ -11,6 +11,14 @@ import time
 import torch
 
 
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.harness_time",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="qwen2.5-1.5b")
+    ap.add_argument("--limit", type=int, default=100)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM
 
@@ -19,10 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     from training.model.model import model_config
     from training.run.export import bytes_tokenizer
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="qwen2.5-1.5b")
-    ap.add_argument("--limit", type=int, default=100)
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_config(model_config(args.model, 257), dtype=dtype)

@@ -244,6 +244,7 @@ def _summary(result, storage: Storage, plan: RunPlan,
     import dataclasses
 
     from training.driver.checks import saved_summary
+    from training.evals import cost as harness_cost
     from training.run.checkpoint import latest
     from training.run.handoff import RunSummary
 
@@ -256,7 +257,8 @@ def _summary(result, storage: Storage, plan: RunPlan,
         checkpoint=storage.display(ckpt.path) if ckpt else None,
         checkpoint_gib=_size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         run_dir=storage.display(run_dir),
-        cold_start=phases(saved.cold_start or {}) if phases else saved.cold_start)
+        cold_start=phases(saved.cold_start or {}) if phases else saved.cold_start,
+        harness_gpu_node_usd=harness_cost.summary_usd(saved))  # the price is the head's
 
 
 def _size_gib(fs, path: str) -> float:

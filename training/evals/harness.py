@@ -27,9 +27,7 @@ BATCH_SIZE = 8  # requests per forward; lm-eval's "auto" would probe memory on e
 
 @dataclass(frozen=True)
 class HarnessResult:
-    """What the summary gets: {task: {metric: {"base", "tuned", "stderr"}}} (the stderr is the
-    tuned model's, lm-eval's `<metric>_stderr`), the seconds both evaluations took, or why they
-    failed."""
+    """One model's lm-eval `results`, the seconds its evaluation took, or why it failed."""
     scores: dict | None
     seconds: float
     error: str | None = None
@@ -73,21 +71,29 @@ def score(lm, cfg: TrainConfig) -> dict | None:
     return out["results"] if out else None
 
 
+def _stderr(metrics: dict, metric: str, filt: str) -> float | None:
+    """lm-eval's `<metric>_stderr,<filter>`; None where it is "N/A" (no bootstrap) or absent."""
+    value = metrics.get(f"{metric}_stderr,{filt}")
+    return value if isinstance(value, (int, float)) else None
+
+
 def side_by_side(base: dict, tuned: dict) -> dict:
     """lm-eval's `results` ({task: {"acc,none": x, "acc_stderr,none": s, "alias": ...}}) of
-    both models as {task: {metric: {"base", "tuned", "stderr"}}}; a metric under a filter other
-    than `none` keeps it (`exact_match,strict-match`)."""
+    both models as {task: {metric: {"base": x, "tuned": y, "stderr": {"base": sb, "tuned": st}}}}:
+    each model's score with its own stderr, so a difference reads against both. A metric under
+    a filter other than `none` keeps it (`exact_match,strict-match`)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for task, metrics in tuned.items():
         for key, value in metrics.items():
             if "," not in key or "_stderr," in key:
                 continue
             metric, filt = key.split(",", 1)
-            stderr = metrics.get(f"{metric}_stderr,{filt}")
             name = metric if filt == "none" else key
+            theirs = base.get(task, {})
             out.setdefault(task, {})[name] = {
-                "base": base.get(task, {}).get(key), "tuned": value,
-                "stderr": stderr if isinstance(stderr, (int, float)) else None}
+                "base": theirs.get(key), "tuned": value,
+                "stderr": {"base": _stderr(theirs, metric, filt),
+                           "tuned": _stderr(metrics, metric, filt)}}
     return out
 
 

@@ -86,14 +86,15 @@ def test_scores_match_a_standalone_lm_eval_run_within_stderr(tiny_hf_model):
         assert abs(ours[metric] - standalone[metric]) <= stderr
 
 
-def test_side_by_side_pairs_each_metric_with_the_tuned_stderr():
+def test_side_by_side_pairs_each_score_with_its_own_models_stderr():
     base = {"t": {"alias": "t", "acc,none": 0.25, "acc_stderr,none": 0.1,
                   "exact_match,strict-match": 0.0, "exact_match_stderr,strict-match": "N/A"}}
     tuned = {"t": {"alias": "t", "acc,none": 0.5, "acc_stderr,none": 0.11,
                    "exact_match,strict-match": 0.2, "exact_match_stderr,strict-match": "N/A"}}
     assert harness.side_by_side(base, tuned) == {"t": {
-        "acc": {"base": 0.25, "tuned": 0.5, "stderr": 0.11},
-        "exact_match,strict-match": {"base": 0.0, "tuned": 0.2, "stderr": None}}}
+        "acc": {"base": 0.25, "tuned": 0.5, "stderr": {"base": 0.1, "tuned": 0.11}},
+        "exact_match,strict-match": {"base": 0.0, "tuned": 0.2,
+                                     "stderr": {"base": None, "tuned": None}}}}
 
 
 def test_a_task_that_breaks_at_evaluation_is_a_reason_not_a_failure(tiny_hf_model, tmp_path):
