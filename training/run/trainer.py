@@ -16,7 +16,7 @@ import torch
 from training.config import TrainConfig
 from training.data.packing import Batch
 from training.network import device_time
-from training.run import checkpoint, export, tracking
+from training.run import checkpoint, export, rng, tracking
 from training.run.evaluate import Evaluator, perplexity
 from training.run.facts import MetricsRow, RunFacts
 from training.run.handoff import SUMMARY_FILE, RunSummary
@@ -103,6 +103,7 @@ class Trainer:
         (compiled, connected), is profiled for where one step's time goes."""
         micro = [self.batch_at(step, self.state.samples_seen, m)
                  for m in range(self.batch.grad_accum)]
+        rng.seed_step(self.cfg.seed, step, self.rank)  # dropout: the same draws on a resume
         run_step = functools.partial(train_step, self.engine, micro, self.schedule.lr(step),
                                      self.cfg.grad_clip)
         if profile:
