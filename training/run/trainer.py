@@ -69,7 +69,8 @@ class Trainer:
             notice = self.preemptions.poll()  # collective, no device sync
             save = bool(cfg.checkpoint_every) and (step == cfg.steps or
                                                    step % cfg.checkpoint_every == 0)
-            evaluate = self.evaluator is not None and self.evaluator.due(step)
+            # At a notice the emergency save comes first: the deadline is not the evaluation's.
+            evaluate = self.evaluator is not None and self.evaluator.due(step) and not notice
             if save or evaluate or notice or step in (first, cfg.steps) or \
                     step % cfg.log_every == 0:
                 if (stopped := self.check()) is not None:
