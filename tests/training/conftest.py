@@ -33,11 +33,15 @@ def tokenizer_dir(tmp_path_factory):
 
 def _qwen_like(out, eos: str | None = None, extra: tuple[str, ...] = ()):
     """A small byte-level BPE with Qwen2.5's special tokens and chat template (read from
-    ../shared/reference/qwen2.5, never copied here), trained on the shipped corpus (+ `extra`)."""
+    ../shared/reference/qwen2.5, never copied here), trained on the shipped corpus (+ `extra`),
+    with Qwen2's own normalizer and pre-tokenizer: transformers' Qwen2Tokenizer's (NFC, then a
+    split by its PRETOKENIZE_REGEX, under which "\n\n" is one pre-token, then byte level
+    without GPT-2's regex). GPT-2's pre-tokenizer would hide merges Qwen2's makes."""
     import json
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
     from tests.conftest import SHARED, need
 
@@ -45,10 +49,12 @@ def _qwen_like(out, eos: str | None = None, extra: tuple[str, ...] = ()):
     specials = [t["content"] for _, t in sorted(ref["added_tokens_decoder"].items(),
                                                 key=lambda kv: int(kv[0]))]
     corpus = (REPO / "training/data/sample_data/tiny_corpus.jsonl").read_text().splitlines()
+    qwen2 = Qwen2Tokenizer()._tokenizer  # the real class's pipeline, on an empty vocabulary
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.normalizer, tok.pre_tokenizer = qwen2.normalizer, qwen2.pre_tokenizer
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([*corpus, *extra], trainers.BpeTrainer(
+    paragraphs = ("One paragraph\n\nAnother one\n",) * 20  # Qwen2's vocabulary has "\n\n"
+    tok.train_from_iterator([*corpus, *paragraphs, *extra], trainers.BpeTrainer(
         vocab_size=600, special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos or ref["eos_token"],

@@ -2,7 +2,10 @@
 source, tokenizer and packing settings.
 
 Built once on the driver, before Ray starts (so every bad row is reported with its file and row
-first), in the source's file and row order. Documents are concatenated and cut into
+first), in the source's file and row order. A row that cannot be trained on (formats.py says
+why) is skipped and counted, its first few reasons kept in the index for the log, unless more
+than SKIP_SHARE of the rows are: then the data is refused, naming them. One odd row of a public
+set never ends a paid run; a set that is mostly not what it seems does, before anything starts. Documents are concatenated and cut into
 `seq_len + 1`-token samples; each token is a uint32 whose low 30 bits are its id and whose high
 bits say whether the loss trains on it and whether it starts a document (packing.py turns them
 into labels and per-document positions). `--eval-fraction` holds out a deterministic set of
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -30,6 +33,8 @@ DTYPE = np.dtype("<u4")
 TRAINED, START = np.uint32(1 << 31), np.uint32(1 << 30)
 ID_MASK = (1 << 30) - 1
 LAYOUT = 2  # of the token file: 1 had bare ids; a cache of another layout is never reused
+SKIP_SHARE = 0.01  # of the rows: more that cannot train, and the data is refused
+SKIP_EXAMPLES = 3  # reasons kept for the log and the index
 
 
 def held_out(document: int, fraction: float) -> bool:
@@ -73,17 +78,38 @@ class _Packed:
         return self.tokens // block
 
 
-def documents(source: Source, enc: Encoder, loss_tokens: str) -> Iterator[
+@dataclass
+class Skipped:
+    """The rows a build could not train on: how many of how many, and the first reasons."""
+    rows: int = 0
+    of: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def add(self, reason: str) -> None:
+        self.rows += 1
+        if len(self.reasons) < SKIP_EXAMPLES:
+            self.reasons.append(reason)
+
+    def check(self) -> None:
+        """Refuse the data when more than SKIP_SHARE of its rows cannot train."""
+        if self.rows and self.rows > SKIP_SHARE * self.of:
+            raise DataError(f"{'; '.join(self.reasons)} ({self.rows} of {self.of} rows cannot "
+                            f"be trained on, more than the {SKIP_SHARE:.0%} a run skips)")
+
+
+def documents(source: Source, enc: Encoder, loss_tokens: str, skipped: Skipped) -> Iterator[
         tuple[str, int, Format, list[int], list[bool]]]:
     """(file, row number, format, ids, trained flags) of every row in order, the format told
-    from the first row; a row that cannot train is a DataError naming its file and row."""
+    from the first row that has one; a row that cannot train goes to `skipped`, with its file
+    and row."""
     fmt = None
     for where, number, row in source.rows():
+        skipped.of += 1
         try:
             fmt = fmt or detect(list(row))
             yield where, number, fmt, *fmt.encode_row(row, enc, loss_tokens)
         except RowError as e:
-            raise DataError(f"{where} row {number}: {e}") from None
+            skipped.add(f"{where} row {number}: {e}")
 
 
 @dataclass(frozen=True)
@@ -127,18 +153,20 @@ class TokenCache:
               eval_fraction: float, pad: bool) -> dict:
         train = _Packed(self.fs, f"{self.directory}/{TOKENS_FILE}")
         held = _Packed(self.fs, f"{self.directory}/{EVAL_FILE}")
-        fmt, max_id, trained_tokens = None, -1, 0
+        fmt, max_id, trained_tokens, skipped = None, -1, 0, Skipped()
         for doc, (where, number, fmt, ids, trained) in enumerate(documents(source, enc,
-                                                                           loss_tokens)):
+                                                                           loss_tokens, skipped)):
             max_id = max(max_id, max(ids))
             if max_id > ID_MASK:
                 raise DataError(f"{where} row {number}: token id {max_id} is beyond the "
                                 f"{ID_MASK + 1:,} this cache can hold")
             (held if held_out(doc, eval_fraction) else train).add(ids, trained)
             trained_tokens += sum(trained)
+        skipped.check()
         return {"samples": train.close(block, pad), "eval_samples": held.close(block, True),
                 "sample_tokens": block, "source": source.uri,
                 "data_format": fmt.name if fmt else None,
                 "documents": train.documents, "eval_documents": held.documents,
                 "max_token_id": max_id, "loss_tokens": loss_tokens,
-                "trained_tokens": trained_tokens}
+                "trained_tokens": trained_tokens, "skipped_rows": skipped.rows,
+                "skipped_reasons": skipped.reasons}

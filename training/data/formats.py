@@ -4,7 +4,10 @@ what the loss trains on, and what an untrainable row lacks.
 - `text`: a `text` column; every token is trained on.
 - `prompt-completion`: `prompt` and `completion` columns; the completion is trained on.
 - `messages`: a `messages` column of `{role, content}` lists, rendered with the tokenizer's chat
-  template; the assistant turns are trained on.
+  template; the assistant turns are trained on. `content: null` (OpenAI's form for a turn with
+  nothing to say) is an empty content, not the text "None" Jinja would render. A turn with
+  `tool_calls` is refused by name, and its row skipped (cache.py): the job renders contents
+  only, and training the turn without its call would teach the model to drop calls.
 `--loss-tokens all` trains on every token of every format (TRL's `completion_only_loss=False`).
 
 Standard library only at import (tokenize.py loads transformers when a tokenizer is asked for),
@@ -68,11 +71,15 @@ def _messages(value) -> list[dict]:
         raise RowError("`messages` must be a non-empty list of {role, content} objects")
     out = []
     for i, m in enumerate(value):
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str) \
-                or m.get("role") not in ROLES:
+        content = m.get("content", "") if isinstance(m, dict) else None
+        if not isinstance(m, dict) or "content" not in m or \
+                not isinstance(content, (str, type(None))) or m.get("role") not in ROLES:
             raise RowError(f"messages[{i}] must be {{\"role\": one of {list(ROLES)}, "
-                           f"\"content\": a string}} (got {m!r:.80})")
-        out.append({"role": m["role"], "content": m["content"]})
+                           f"\"content\": a string or null}} (got {m!r:.80})")
+        if m.get("tool_calls"):
+            raise RowError(f"messages[{i}] has `tool_calls`: tool-call turns are not trained "
+                           "(only contents are rendered, and the call would be lost)")
+        out.append({"role": m["role"], "content": content or ""})
     return out
 
 

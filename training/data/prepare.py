@@ -146,4 +146,12 @@ def describe(cfg: TrainConfig, index: dict | None, evaluated: EvalSet | None) ->
     return (f"data: {fmt} format, {index['documents']} documents in {index['samples']} samples "
             f"of {cfg.seq_len + 1} tokens (tokenizer {tokenizer}), loss on {trains_on}{held}; "
             f"{steps} steps of {per_step} samples = {steps * per_step / index['samples']:.2f} "
-            "epochs, each in its own document order")
+            f"epochs, each in its own document order{_skipped(index)}")
+
+
+def _skipped(index: dict) -> str:
+    """The log's note on the rows the build skipped (cache.Skipped), with the first reasons."""
+    if not index.get("skipped_rows"):
+        return ""
+    return (f"; skipped {index['skipped_rows']} row(s) that cannot be trained on: "
+            + "; ".join(index["skipped_reasons"]))

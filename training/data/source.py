@@ -6,6 +6,12 @@ file under it, sorted by path. The identity of a local file is its content's sha
 the same data is the same data); of an S3 object, its key, size and last-modified time, which
 every PUT renews (pyarrow's listing carries no ETag). A Hugging Face Hub split (`hf://`, hub.py)
 is its files in the local hub cache, identified by the commit they were fetched at.
+
+JSON Lines are split on "\n" only (a "\r" before it is JSON whitespace): `str.splitlines()`
+also splits at U+2028, U+2029, U+0085 and other separators, which `json.dumps(...,
+ensure_ascii=False)` writes raw inside strings. A `.json` file is a JSON array of row objects or
+JSON Lines, as the `datasets` library's Json builder reads either (packaged_modules/json/json.py);
+a row of an array is numbered by its place in it, from 1.
 """
 
 from __future__ import annotations
@@ -88,7 +94,7 @@ class Source:
         """(file, row number from 1, row) of every row, in order."""
         for f in self.files:
             where = self.display(f)
-            reader = _parquet_rows if f.path.endswith(".parquet") else _jsonl_rows
+            reader = _parquet_rows if f.path.endswith(".parquet") else _json_rows
             try:
                 for number, row in reader(self.fs, f.path, where):
                     yield where, number, row
@@ -96,19 +102,36 @@ class Source:
                 raise DataError(f"{where}: cannot read it ({str(e).splitlines()[0]})") from None
 
 
-def _jsonl_rows(fs: pafs.FileSystem, path: str, where: str) -> Iterator[tuple[int, dict]]:
+def _json_rows(fs: pafs.FileSystem, path: str, where: str) -> Iterator[tuple[int, dict]]:
+    """Rows of a JSON Lines file, or of a `.json` file holding one array of objects."""
     with fs.open_input_stream(path) as stream:
-        for number, line in enumerate(stream.read().decode().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where} row {number}: not JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{where} row {number}: a JSON object per line, got "
-                                f"{type(row).__name__}")
-            yield number, row
+        text = stream.read().decode()
+    if path.endswith(".json") and text.lstrip().startswith("["):
+        yield from _array_rows(text, where)
+        return
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where} row {number}: not JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{where} row {number}: a JSON object per line, got "
+                            f"{type(row).__name__}")
+        yield number, row
+
+
+def _array_rows(text: str, where: str) -> Iterator[tuple[int, dict]]:
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: not a JSON array ({e.msg}, line {e.lineno})") from None
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise DataError(f"{where} row {number}: a JSON array of objects, got "
+                            f"{type(row).__name__}")
+        yield number, row
 
 
 def _parquet_rows(fs: pafs.FileSystem, path: str, where: str) -> Iterator[tuple[int, dict]]:

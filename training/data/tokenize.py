@@ -12,9 +12,11 @@ has no `{% generation %}` block, so transformers' `return_assistant_tokens_mask`
 it (transformers #34172, TRL PR #4201): an assistant turn's content starts where the template,
 given the turns before it and that assistant turn with a placeholder for its content, puts the
 placeholder (the default system prompt and the header before a first assistant turn stay
-untrained); it ends with the turn's end-of-turn token. Both hold wherever that rendering's
-tokens are a prefix of the whole conversation's (checked for every turn; a template where it does
-not is an error). Special-token text inside a message is tokenized as text (`_guarded`): the
+untrained); it ends with the turn's end-of-turn token. Both hold wherever that rendering's text
+is a prefix of the whole conversation's (checked for every turn; a template where it does not is
+an error). Each content is tokenized apart from the template's text around it, as `generate`
+produces it after the prompt's tokens: under Qwen2's pre-tokenizer a content starting with "\n"
+would otherwise merge with the header's "\n" into one token that is neither's. Special-token text inside a message is tokenized as text (`_guarded`): the
 template's own special tokens structure the turns, and the same text typed by a user would
 otherwise end or open one. (Refusing such a row would stop a whole run, the cluster default's on
 a public dataset included, for one message about tokenizers.)
@@ -178,15 +180,36 @@ class HFEncoder(Encoder):
         return ids
 
     def chat(self, messages: Sequence[dict]) -> Encoded:
-        """The template's rendering; each assistant turn trained from its content to its
-        end-of-turn token inclusive (the first special token after the content), not the
-        template's newline after it."""
+        """The template's rendering, each assistant content tokenized on its own (as `generate`
+        produces it after the prompt's tokens) and trained from its first token to its
+        end-of-turn token inclusive (the first special token after it), not the template's
+        newline after that."""
         if self.tok.chat_template is None:
             raise TokenizeError("the tokenizer has no chat template for `messages` data; use "
                                 "a tokenizer with one (--tokenizer) or prompt/completion data")
         messages = self._guarded(messages)
-        ids = self._ids(self._text(messages))
+        rendered = self._text(messages)
+        ids: list[int] = []
+        spans, at = [], 0
+        for start, end in self._contents(messages, rendered):
+            ids += self._ids(rendered[at:start])
+            spans.append(len(ids))
+            ids += self._ids(rendered[start:end])
+            at = end
+        ids += self._ids(rendered[at:])
         trained = [False] * len(ids)
+        for start in spans:  # the content, then up to its turn's end-of-turn token
+            turn_end = next((k for k in range(start, len(ids)) if ids[k] in self.special),
+                            len(ids) - 1)
+            trained[start:turn_end + 1] = [True] * (turn_end + 1 - start)
+        return ids, trained
+
+    def _contents(self, messages: list[dict], rendered: str) -> list[tuple[int, int]]:
+        """(start, end) in `rendered` of each assistant turn's content: where the template,
+        given the turns before it and that turn with a placeholder for its content, puts the
+        placeholder. Tokenized apart from the template's text around it: under Qwen2's
+        pre-tokenizer a content starting with "\n" would merge with the header's "\n"."""
+        out = []
         for i, m in enumerate(messages):
             if m["role"] != "assistant":
                 continue
@@ -195,11 +218,13 @@ class HFEncoder(Encoder):
             if not found:
                 raise TokenizeError("the chat template does not render an assistant turn's "
                                     "content, so its tokens cannot be found")
-            start = self._prefix_length(before, ids)
-            end = self._prefix_length(self._text(messages[:i + 1]), ids)
-            turn_end = next((k for k in range(start, end) if ids[k] in self.special), end - 1)
-            trained[start:turn_end + 1] = [True] * (turn_end + 1 - start)
-        return ids, trained
+            if not rendered.startswith(before + m["content"]):
+                raise TokenizeError("the chat template does not render a conversation's first "
+                                    "turns as a prefix of the whole conversation, so its "
+                                    "assistant tokens cannot be found; use prompt/completion "
+                                    "data")
+            out.append((len(before), len(before) + len(m["content"])))
+        return out
 
     def _guarded(self, messages: Sequence[dict]) -> list[dict]:
         """The messages with each special token's text in a content replaced by a marker that
@@ -213,14 +238,6 @@ class HFEncoder(Encoder):
                 text = text.replace(t, f"{_GUARD}{k}{_GUARD}")
             return text
         return [{**m, "content": guard(i, m["content"])} for i, m in enumerate(messages)]
-
-    def _prefix_length(self, rendered: str, ids: list[int]) -> int:
-        prefix = self._ids(rendered)
-        if ids[:len(prefix)] != prefix:
-            raise TokenizeError("the chat template does not render a conversation's first turns "
-                                "as a prefix of the whole conversation, so its assistant tokens "
-                                "cannot be found; use prompt/completion data")
-        return len(prefix)
 
 
 def encoder(name: str) -> Encoder:

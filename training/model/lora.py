@@ -72,14 +72,19 @@ def target_names(text: str) -> list[str]:
 
 def apply(lm: nn.Module, spec: LoraSpec, base_dtype: torch.dtype, seed: int = 0) -> nn.Module:
     """Inject the adapters into `lm` in place (their init drawn from `seed`, the same on every
-    rank and however the base was made): they alone require gradients, in fp32; the base is cast
-    to `base_dtype` (meta tensors stay on meta). Targets the model lacks are a ConfigError naming
-    its linear layers."""
+    rank and however the base was made): they alone require gradients, in fp32; the base's
+    parameters are cast to `base_dtype` (meta tensors stay on meta), its buffers are not: the
+    rotary `inv_freq` stays fp32, as `from_pretrained(dtype=torch.bfloat16)` keeps it (the
+    rotary embedding computes it in `torch.float`: Qwen2RotaryEmbedding.compute_default_rope_
+    parameters, transformers 5.13 models/qwen2/modeling_qwen2.py) and as the export is
+    then used; `lm.to(bf16)` would train on a bf16 RoPE (relative error ~4e-3 in the
+    frequencies, whole radians off at long distances). Targets the model lacks are a
+    ConfigError naming its linear layers."""
     from peft import inject_adapter_in_model
 
     linear = sorted({n.rsplit(".", 1)[-1] for n, m in lm.named_modules()
                      if isinstance(m, nn.Linear)})
-    lm.to(base_dtype)
+    cast_parameters(lm, base_dtype)
     torch.manual_seed(seed)
     try:  # PEFT refuses targets of which none matches, and takes the rest when one does
         inject_adapter_in_model(spec.peft_config(), lm, adapter_name=ADAPTER)
@@ -103,6 +108,15 @@ def apply(lm: nn.Module, spec: LoraSpec, base_dtype: torch.dtype, seed: int = 0)
             module.lora_A.float()
             module.lora_B.float()
     return lm
+
+
+def cast_parameters(lm: nn.Module, dtype: torch.dtype) -> None:
+    """Every floating parameter of `lm` in `dtype` (a tied one once), its buffers left as they
+    are: what `nn.Module.to(dtype)` does without touching the fp32 rotary buffers."""
+    with torch.no_grad():
+        for p in lm.parameters():
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
 
 
 def is_adapter(name: str) -> bool:

@@ -285,8 +285,15 @@ class Saver:
 
     def save_now(self, engine: Engine, state: RunState, metrics: dict) -> None:
         """Collective: a complete checkpoint of this step before returning (a preemption's),
-        after the save in flight, in either mode."""
-        self.wait()
+        after the save in flight, in either mode. A save in flight that failed (every rank
+        agrees: `_Upload` reduces the outcome) is reported and passed over, not raised: this
+        step's checkpoint supersedes it, and raising would turn the preemption into a failure
+        charged to --max-failures, where the run could resume."""
+        try:
+            self.wait()
+        except CheckpointError as e:
+            if dist.get_rank() == 0:
+                print(f"WARNING: {e}; saving this step's checkpoint instead", flush=True)
         save_and_report(engine, state, metrics)
 
     def stall_next_upload(self) -> None:

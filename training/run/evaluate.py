@@ -1,5 +1,7 @@
 """Held-out loss: the evaluation set's summed loss over its labelled tokens on every rank,
-divided by their count (both reduced across ranks), with the training step's masking."""
+divided by their count (both reduced across ranks), with the training step's masking, in eval
+mode (no dropout: `--lora-dropout` would make it noisy and draw from the training RNG, as HF
+Trainer's `evaluation_loop` calls `model.eval()` for the same reason)."""
 
 from __future__ import annotations
 
@@ -41,11 +43,15 @@ class Evaluator:
         device = engine.device
         totals = torch.zeros(2, dtype=torch.float64, device=device)
         one = torch.ones((), device=device)
-        with torch.no_grad():
-            for b in self.batches:
-                b = b.to(device)
-                totals[0] += engine.model(b.inputs, b.labels, b.positions, normalizer=one)
-                totals[1] += label_count(b.labels)
+        engine.model.eval()
+        try:
+            with torch.no_grad():
+                for b in self.batches:
+                    b = b.to(device)
+                    totals[0] += engine.model(b.inputs, b.labels, b.positions, normalizer=one)
+                    totals[1] += label_count(b.labels)
+        finally:
+            engine.model.train()
         if dist.is_initialized():
             dist.all_reduce(totals)
         return float(totals[0] / totals[1].clamp(min=1))

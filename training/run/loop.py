@@ -17,7 +17,7 @@ from training.data.packing import Samples
 from training.data.prepare import PreparedData
 from training.data.random_tokens import random_batch
 from training.network import bandwidth, transport
-from training.run import checkpoint
+from training.run import checkpoint, preemption
 from training.run.evaluate import Evaluator
 from training.run.facts import LinkShares, RunFacts
 from training.run.handoff import WorkerInputs
@@ -34,6 +34,7 @@ def train_func(loop_config: dict) -> None:
     plan = inputs.plan
     cfg, data = plan.cfg, plan.data
     rank, world, _, device = worker_context()
+    preemption.keep_node()  # from the first second: a reclaim while loading is a preemption too
     marks = {"train_started": time.time()}  # wall clock: the cold-start timeline's milestones
     link, preflight = _check_network(cfg, rank, device)
     marks["nccl_ready"] = time.time()
@@ -44,7 +45,8 @@ def train_func(loop_config: dict) -> None:
     saved = checkpoint.resume(engine)
     state, schedule, notes = checkpoint.start_state(cfg, saved, plan.data_id)
     if rank == 0 and saved and saved.step != plan.resumed_from_step:  # the driver said the rest
-        print(f"after a failure: resuming from the checkpoint of step {saved.step}", flush=True)
+        print(f"restarted (after a preemption or a failure): resuming from the checkpoint of "
+              f"step {saved.step}", flush=True)
         for note in notes:
             print(f"WARNING: {note}", flush=True)
     if rank == 0 and engine.load:

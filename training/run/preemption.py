@@ -20,6 +20,10 @@ max_failures 0 failed). The keeper moves each drained node's deadline MARGIN_S e
 controller restarts the workers while they still live, as a preemption. A drain for preemption
 cannot be rejected and a later request replaces its deadline (GcsClient.drain_node, as `ray
 drain-node` calls it: scripts/scripts.py; the replacement was checked on a local cluster).
+The keeper runs from the first line of every attempt (`keep_node`: while the model loads and
+resumes, minutes for 7B, and with --checkpoint-every 0, where there is nothing to save but a
+reclaim is still a preemption, not one of --max-failures), and a failed GCS call is retried,
+never the end of its thread.
 """
 
 from __future__ import annotations
@@ -47,7 +51,14 @@ class Notice:
     deadline: float | None
 
     def left_s(self) -> float | None:
-        return None if self.deadline is None else self.deadline - time.time()
+        """Seconds until Ray Train restarts the workers at the latest: the keeper moves any
+        deadline more than RESTART_MARGIN_S away that much earlier, and the watcher may have
+        read it before the move, so such a deadline counts the margin off (never optimistic;
+        at most the margin pessimistic)."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.time()
+        return left - RESTART_MARGIN_S if left > RESTART_MARGIN_S else left
 
 
 def drain(nodes: tuple[str, ...], deadline: float, why: str) -> None:
@@ -71,17 +82,28 @@ class Keeper(threading.Thread):
         self.node, self.margin_s, self.poll_s = node, margin_s, poll_s
 
     def run(self) -> None:
-        while True:
-            try:
-                deadline_ms = ray._private.state.state.get_draining_nodes().get(self.node)
-            except Exception:  # a GCS hiccup: Ray Train's own watcher retries the same way
-                deadline_ms = None
-            if deadline_ms:  # 0: a drain without a deadline, which kills nothing
-                if deadline_ms / 1000 - time.time() > self.margin_s:
-                    drain((self.node,), deadline_ms / 1000 - self.margin_s,
-                          "training job: restart the workers before the node goes")
-                return
+        while not self.moved():
             time.sleep(self.poll_s)
+
+    def moved(self) -> bool:
+        """One poll: whether this node's drain is handled (moved, or too close to move)."""
+        try:
+            deadline_ms = ray._private.state.state.get_draining_nodes().get(self.node)
+            if not deadline_ms:  # 0: a drain without a deadline, which kills nothing
+                return False
+            if deadline_ms / 1000 - time.time() > self.margin_s:
+                drain((self.node,), deadline_ms / 1000 - self.margin_s,
+                      "training job: restart the workers before the node goes")
+            return True
+        except Exception:  # a GCS hiccup: polled again (Ray Train's own watcher retries too)
+            return False
+
+
+def keep_node() -> None:
+    """At the start of an attempt, on the node's first worker: its Keeper, for the whole
+    attempt."""
+    if ray.train.get_context().get_local_rank() == 0:
+        Keeper(ray.get_runtime_context().get_node_id()).start()
 
 
 class Preemptions:
@@ -90,8 +112,6 @@ class Preemptions:
     def __init__(self, enabled: bool, rank: int):
         self.enabled, self.rank = enabled, rank
         self.handled = False
-        if enabled and ray.train.get_context().get_local_rank() == 0:
-            Keeper(ray.get_runtime_context().get_node_id()).start()
 
     def poll(self) -> Notice | None:
         """Collective (every rank at every step boundary until one is handled): a notice not
@@ -111,7 +131,7 @@ class Preemptions:
         left = notice.left_s()
         if self.rank == 0:
             print(f"preemption: node(s) {', '.join(notice.nodes)} go"
-                  + (f" in {left:.0f} s" if left is not None else "")
+                  + (f", the restart in {left:.0f} s at the latest" if left is not None else "")
                   + f"; saving step {step}", flush=True)
         started = time.monotonic()
         save_now()

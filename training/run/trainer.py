@@ -17,7 +17,7 @@ from training.config import TrainConfig
 from training.data.packing import Batch
 from training.evals import after_export
 from training.network import device_time
-from training.run import checkpoint, export, tracking
+from training.run import checkpoint, export, rng, tracking
 from training.run.evaluate import Evaluator, perplexity
 from training.run.facts import MetricsRow, RunFacts
 from training.run.handoff import SUMMARY_FILE, RunSummary
@@ -70,7 +70,8 @@ class Trainer:
             notice = self.preemptions.poll()  # collective, no device sync
             save = bool(cfg.checkpoint_every) and (step == cfg.steps or
                                                    step % cfg.checkpoint_every == 0)
-            evaluate = self.evaluator is not None and self.evaluator.due(step)
+            # At a notice the emergency save comes first: the deadline is not the evaluation's.
+            evaluate = self.evaluator is not None and self.evaluator.due(step) and not notice
             if save or evaluate or notice or step in (first, cfg.steps) or \
                     step % cfg.log_every == 0:
                 if (stopped := self.check()) is not None:
@@ -104,6 +105,7 @@ class Trainer:
         (compiled, connected), is profiled for where one step's time goes."""
         micro = [self.batch_at(step, self.state.samples_seen, m)
                  for m in range(self.batch.grad_accum)]
+        rng.seed_step(self.cfg.seed, step, self.rank)  # dropout: the same draws on a resume
         run_step = functools.partial(train_step, self.engine, micro, self.schedule.lr(step),
                                      self.cfg.grad_clip)
         if profile:

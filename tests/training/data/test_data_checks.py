@@ -198,3 +198,44 @@ def test_preview_refuses_random_tokens_and_names_a_bad_row(tmp_path, capsys):
     bad = _jsonl(tmp_path / "chat.jsonl", GOOD, {"messages": "hi"})
     assert cli.main(["--preview", "3", "--tokenizer", BYTES, "--data", bad]) == cli.EXIT_BAD_INPUT
     assert f"{bad} row 2: `messages` must be a non-empty list" in capsys.readouterr().err
+
+
+def test_a_chat_set_with_newline_answers_u2028_and_a_json_array_trains_on_every_row(
+        tmp_path, qwen_base_tokenizer):
+    """Under Qwen2's real pre-tokenizer: JSON Lines whose strings hold U+2028/U+2029/U+0085
+    (json.dumps(ensure_ascii=False) writes them raw: valid JSON Lines), and a `.json` array,
+    as `datasets` reads it; every row is a document, none skipped."""
+    from training.data.tokenize import HFEncoder
+
+    def chat(answer: str) -> dict:
+        return {"messages": [{"role": "user", "content": "Say it"},
+                             {"role": "assistant", "content": answer}]}
+
+    rows = [chat("\nline\u2028sep"), chat("para\u2029graph"), chat("\n\nnext\u0085line")]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "data/b.json").write_text(json.dumps([chat("\nfrom an array")] * 2, indent=2))
+    source = Source.open(str(tmp_path / "data"))
+    assert [n for _, n, _ in source.rows()] == [1, 2, 3, 1, 2]
+    cache = TokenCache(pafs.LocalFileSystem(), str(tmp_path / "c"), "x")
+    index = cache.build(source, HFEncoder(str(qwen_base_tokenizer)), 16, pad=True)
+    assert index["documents"] == 5 and index["skipped_rows"] == 0
+
+
+def test_one_row_that_cannot_train_is_skipped_with_a_count_and_its_reason(tmp_path):
+    """One odd row never ends a run: it is skipped, counted and named in the data line; more
+    than cache.SKIP_SHARE of the rows (the tests above: one of two) refuse the data."""
+    from training.config import TrainConfig
+    from training.data.cache import SKIP_SHARE
+    from training.data.prepare import describe
+
+    good = [{"text": f"document {i} " * 8} for i in range(int(2 / SKIP_SHARE))]
+    data = _jsonl(tmp_path / "t.jsonl", *good[:50], {"text": ""}, *good[50:])
+    cache = TokenCache(pafs.LocalFileSystem(), str(tmp_path / "c"), "x")
+    index = cache.build(Source.open(data), ByteEncoder(), 32)
+    assert index["documents"] == len(good) and index["skipped_rows"] == 1
+    assert index["skipped_reasons"] == [f"{data} row 51: no token to train on (empty text)"]
+    line = describe(TrainConfig(data=data, tokenizer=BYTES, seq_len=32), index, None)
+    assert line.endswith(f"; skipped 1 row(s) that cannot be trained on: {data} row 51: no "
+                         "token to train on (empty text)")

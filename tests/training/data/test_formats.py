@@ -252,3 +252,32 @@ def test_special_token_text_is_text_in_documents_and_in_a_chats_turns(qwen_base_
     with pytest.raises(RowError, match=r"messages\[0\] holds the private-use character"):
         MESSAGES.encode_row({"messages": [{"role": "user", "content": "\ue000"}, chat[1]]},
                             enc, "completion")
+
+
+def test_an_answer_starting_with_a_newline_trains_exactly_itself_under_qwen2s_pre_tokenizer(
+        qwen_base_tokenizer):
+    """Qwen2's pre-tokenizer makes "\\n\\n" one pre-token, so the template's "assistant\\n" and a
+    content "\\n..." would merge across the boundary; the content is tokenized on its own and
+    trains, with its end of turn, exactly."""
+    enc = HFEncoder(str(qwen_base_tokenizer))
+    assert len(enc.encode_plain("\n\n")) == 1  # the merge the real vocabulary has
+    chat = [{"role": "user", "content": "List two."},
+            {"role": "assistant", "content": "\n\n- one\n- two\n"},
+            {"role": "user", "content": "Again?"}, {"role": "assistant", "content": "\nyes"}]
+    ids, trained = MESSAGES.encode_row({"messages": chat}, enc, "completion")
+    assert enc.decode(ids) == enc.tok.apply_chat_template(chat, tokenize=False)
+    assert [enc.decode(s) for s in _spans(ids, trained)] == \
+        ["\n\n- one\n- two\n<|im_end|>", "\nyes<|im_end|>"]
+
+
+def test_content_null_is_an_empty_turn_and_tool_calls_are_refused_by_name(qwen_base_tokenizer):
+    enc = HFEncoder(str(qwen_base_tokenizer))
+    chat = [{"role": "system", "content": None}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo"}]
+    ids, _ = MESSAGES.encode_row({"messages": chat}, enc, "completion")
+    assert enc.decode(ids).startswith("<|im_start|>system\n<|im_end|>")  # not "None"
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    with pytest.raises(RowError, match=r"messages\[1\] has `tool_calls`: tool-call turns are "
+                                       "not trained"):
+        MESSAGES.encode_row({"messages": [chat[1], call]}, enc, "completion")

@@ -114,6 +114,7 @@ def _on_ranks(base: str, ckpt: str, out: str) -> dict:
     r["mixed_norm"] = float(mixed.grad_norm)
     r["mixed_before"], r["mixed_after"] = before, _full(mixed)
     r["mixed_dtypes"] = {n: p.dtype for n, p in mixed.model.named_parameters()}
+    r["mixed_buffers"] = {n: b.clone() for n, b in mixed.model.named_buffers()}
     return r
 
 
@@ -295,3 +296,19 @@ def test_a_quantized_model_directory_is_refused_as_qlora_naming_why(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ModelError, match="quantized model.*QLoRA .* not supported"):
         model_config(str(tmp_path))
+
+
+def test_a_bf16_lora_base_keeps_the_fp32_rotary_buffers_from_pretrained_gives_it(
+        ranks, pretrained_dir):
+    """The GPU's LoRA path (bf16 base) rotates with the frequencies inference uses: the buffers
+    of `from_pretrained(dtype=torch.bfloat16)`, fp32, bitwise (not a bf16-rounded RoPE)."""
+    from transformers import AutoModelForCausalLM
+
+    ours = ranks[0]["mixed_buffers"]
+    theirs = dict(AutoModelForCausalLM.from_pretrained(pretrained_dir,
+                                                       dtype=torch.bfloat16).named_buffers())
+    assert any("inv_freq" in n for n in theirs) and theirs[next(iter(theirs))].dtype == torch.float32
+    assert {n.removeprefix("lm."): b.dtype for n, b in ours.items()} == \
+        {n: b.dtype for n, b in theirs.items()}
+    for name, value in theirs.items():
+        assert torch.equal(ours[f"lm.{name}"], value), name
