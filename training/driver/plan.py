@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from training.config import RANDOM_DATA, TrainConfig
-from training.driver import checks
+from training.driver import checks, run_record
 from training.run.handoff import RunPlan
 from training.storage import Storage
 
@@ -31,6 +31,7 @@ def build(cfg: TrainConfig) -> tuple[RunPlan, Storage]:
     _check_memory(cfg, model, counts, spec)
     storage = resolve(cfg.storage_path)
     check_writable(storage)
+    run_record.check_and_record(cfg, storage)  # the same --name, other defining settings
     data_plan = DataPlan.for_run(cfg, storage)
     data = data_plan.build(model.vocab_size) if data_plan else None
     if data is not None:
