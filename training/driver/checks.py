@@ -65,6 +65,25 @@ def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
                          f"({offline_reason() or str(e).splitlines()[0]})") from None
 
 
+# The shortest row of each format that trains anything: one character of prompt, one of answer.
+_SHORTEST = {"messages": lambda enc: enc.chat([{"role": "user", "content": "?"},
+                                               {"role": "assistant", "content": "!"}]),
+             "prompt-completion": lambda enc: enc.prompt_completion("?", "!")}
+
+
+def check_room(cfg: TrainConfig, enc: Encoder, data_format: str) -> None:
+    """--seq-len long enough for a prompt and its answer in this format and tokenizer: shorter,
+    the packed windows cut most answers off their prompts and steps train nothing."""
+    shortest = _SHORTEST.get(data_format)
+    if shortest is None:  # plain text: every token is trained
+        return
+    need = len(shortest(enc)[0])
+    if cfg.seq_len < need:
+        raise ConfigError([f"--seq-len {cfg.seq_len} cannot hold a prompt and an answer: the "
+                           f"shortest {data_format} row is {need} tokens with tokenizer "
+                           f"{tokenizer_name(cfg)!r}; use --seq-len {need} or more"])
+
+
 def _data_exists(uri: str) -> bool:
     return "://" in uri or Path(uri).exists()
 

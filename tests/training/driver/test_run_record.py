@@ -53,3 +53,4 @@ def test_a_run_without_a_checkpoint_starts_over_under_new_settings(tmp_path):
     lora = TrainConfig(**{**cfg.to_dict(), "lora_rank": 8})
     run_record.check_and_record(lora, storage)  # nothing saved yet: no refusal
     assert '"lora_rank": 8' in (tmp_path / "runs/demo/run.json").read_text()
+
