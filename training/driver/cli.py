@@ -51,7 +51,8 @@ class JobError(RuntimeError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0],
+                                 epilog=demo_epilog())
     ap.add_argument("--local", action="store_true", help="local Ray, 2 CPU workers, `tiny` model "
                     "(the defaults of a laptop run; other flags still apply)")
     ap.add_argument("--demo", action="store_true", help="--local, trained on the shipped sample "
@@ -61,6 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "span the loss trains on]} and exit, before any storage or Ray")
     add_config_flags(ap)
     return ap
+
+
+def demo_epilog() -> str:
+    """--help's defaults are a cluster run's; this names what --local and --demo change."""
+    return ("--local changes these defaults: " + _flags(LOCAL_DEFAULTS) + "; --demo also: " +
+            _flags(DEMO_DEFAULTS))
+
+
+def _flags(values: dict) -> str:
+    def one(key: str, value) -> str:
+        flag = key.replace("_", "-")
+        if isinstance(value, bool):
+            return f"--{flag}" if value else f"--no-{flag}"
+        return f"no --{flag}" if value is None else f"--{flag} {value}"
+    return ", ".join(one(k, v) for k, v in values.items())
 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:
@@ -328,6 +344,9 @@ def _quiet_local_logs() -> None:
     """Keep Ray's internal warnings out of the user's terminal; errors still show."""
     quiet.install()
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # huggingface_hub's download bars and transformers' loading bars (transformers.utils.logging
+    # follows huggingface_hub's are_progress_bars_disabled), in the driver and its local workers.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     warnings.filterwarnings("ignore")
     for name in ("ray", "ray.train", "ray.data", "ray.tune"):

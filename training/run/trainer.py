@@ -208,5 +208,8 @@ def _progress_line(row: MetricsRow, steps: int) -> str:
     mfu_text = f"  mfu {row.mfu:.3f}" if row.mfu is not None else ""
     eval_text = (f"  eval loss {row.eval_loss:.4f}  perplexity "
                  f"{perplexity(row.eval_loss):.2f}" if row.eval_loss is not None else "")
+    # Two rates, each named: the steps' own (since the last log point, logging and saves left
+    # out) and the attempt's overall (everything since its first step began).
     return (f"step {row.step}/{steps}  loss {row.loss:.4f}  lr {row.lr:.2e}  "
-            f"tokens/s {row.tokens_per_s:,.0f}{mfu_text}{eval_text}")
+            f"tokens/s {row.tokens_per_s:,.0f} in steps, "
+            f"{row.run_tokens_per_s_with_checkpoints:,.0f} overall{mfu_text}{eval_text}")
