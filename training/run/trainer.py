@@ -23,6 +23,7 @@ from training.run.hooks import FaultHooks
 from training.run.preemption import Notice, Preemptions
 from training.run.progress import NonFiniteError, NonFiniteGuard, StepClock
 from training.run.run_files import RunFiles
+from training.run.untrained import UntrainedSteps, warning
 from training.step.engine import Engine, mean_across_ranks, train_step
 from training.step.metrics import mfu, peak_flops
 from training.step.schedule import Schedule
@@ -50,6 +51,7 @@ class Trainer:
                                       {**cfg.to_dict(), **dataclasses.asdict(engine.plan)})
         self.clock = StepClock(self.batch.tokens_per_step(cfg.seq_len, self.world))
         self.guard = NonFiniteGuard(engine.device)
+        self.untrained = UntrainedSteps(engine.device)
         self.pending: list[MetricsRow] = []  # not yet in metrics.csv
         self.saved_step = facts.resumed_from_step
         self.saver = checkpoint.Saver(cfg.async_checkpoint and bool(cfg.checkpoint_every))
@@ -104,6 +106,7 @@ class Trainer:
         (compiled, connected), is profiled for where one step's time goes."""
         micro = [self.batch_at(step, self.state.samples_seen, m)
                  for m in range(self.batch.grad_accum)]
+        self.untrained.observe(step, micro)
         run_step = functools.partial(train_step, self.engine, micro, self.schedule.lr(step),
                                      self.cfg.grad_clip)
         if profile:
@@ -137,6 +140,8 @@ class Trainer:
         if first:  # wall clock: the run began on another node
             self.facts.first_step_done(time.time(), self.run_started_at)
         step_time = self.clock.lap(untimed=self.untimed)
+        if (untrained := self.untrained.collect()) and self.rank == 0:
+            print(warning(untrained, self.cfg.seq_len), flush=True)
         eval_loss = self.evaluator.loss(self.engine) if evaluate else None
         if self.state.first_loss is None:
             self.state = dataclasses.replace(self.state, first_loss=loss_value)
