@@ -161,13 +161,10 @@ def run(cfg: TrainConfig) -> RunSummary:
     job_started = time.time()
     plan, storage = run_plan.build(cfg)  # every check before Ray, in one pass
     cfg, resume = plan.cfg, plan.resume
-    if (done := checks.finished(cfg, storage)) is not None:
-        print(f"run {cfg.name!r} finished at step {done.steps} of {cfg.steps} already "
-              f"({storage.display(storage.run_dir(cfg.name))}): nothing to train, its results "
-              "are left as they are; raise --steps to continue it, or give a new --name",
-              flush=True)
+    done = checks.finished(cfg, storage)
+    if done is not None and not _export_only(done, cfg, storage):
         return _summary(None, storage, plan)
-    if resume:
+    if resume and not done:
         print(f"resuming run {cfg.name!r} from {resume.checkpoint} (step {resume.step})",
               flush=True)
         for note in resume.notes:
@@ -195,11 +192,26 @@ def run(cfg: TrainConfig) -> RunSummary:
     finally:
         if started_here:
             ray.shutdown()
-    summary = _summary(result, storage, plan, lambda marks: cold_start.summarize(
+    summary = _summary(result, storage, plan, None if done else lambda marks: cold_start.summarize(
         observed, {"job_started": job_started, "workers_joined": joined, **marks}))
     if summary.stopped:
         raise JobError(summary.stopped)
     return summary
+
+
+def _export_only(done: RunSummary, cfg: TrainConfig, storage: Storage) -> bool:
+    """A finished run: say so; True when --export asks for the export it lacks, which the
+    workers then write from its last checkpoint without a step (trainer.py `finish`)."""
+    where = storage.display(storage.run_dir(cfg.name))
+    if cfg.export and not done.export_path:
+        print(f"run {cfg.name!r} finished at step {done.steps} already ({where}): exporting its "
+              "last checkpoint, no training", flush=True)
+        return True
+    print(f"run {cfg.name!r} finished at step {done.steps} of {cfg.steps} already ({where}): "
+          "nothing to train, its results are left as they are; raise --steps to continue it, "
+          + ("" if done.export_path else "--export to export it, ") + "or give a new --name",
+          flush=True)
+    return False
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dict],

@@ -199,6 +199,10 @@ class Trainer:
             if self.cfg.export and not stopped else None
         if self.files is None:
             return
+        saved = self.files.read_json(SUMMARY_FILE)
+        if self.state.step == self.facts.resumed_from_step and saved:  # a finished run's export
+            self.files.write_json(SUMMARY_FILE, {**saved, "export_path": path})  # no step ran
+            return
         self.files.append_metrics(self.pending)
         self.files.plot()
         summary = RunSummary.from_run(self.facts, self.last, stopped=stopped, export_path=path)
