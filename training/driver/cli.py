@@ -192,8 +192,9 @@ def run(cfg: TrainConfig) -> RunSummary:
     finally:
         if started_here:
             ray.shutdown()
-    summary = _summary(result, storage, plan, None if done else lambda marks: cold_start.summarize(
-        observed, {"job_started": job_started, "workers_joined": joined, **marks}))
+    summary = _summary(result, storage, plan, None if done else lambda marks: (
+        cold_start.summarize(observed, {"job_started": job_started, "workers_joined": joined,
+                                        **marks})))
     if summary.stopped:
         raise JobError(summary.stopped)
     return summary

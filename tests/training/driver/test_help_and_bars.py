@@ -1,4 +1,5 @@
-"""--help says what --local and --demo change; other libraries' progress bars stay out of the log."""
+"""--help says what --local and --demo change; other libraries' progress bars stay out of the
+log."""
 
 from __future__ import annotations
 
