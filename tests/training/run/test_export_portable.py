@@ -18,7 +18,8 @@ from training.model.model import model_config
 from training.run import export
 
 TF4_PYTHON = os.environ.get("TF4_PYTHON", "/tmp/tf457/bin/python")
-TEXT = "<|user|>\nWhat is 2 + 2?\n<|assistant|>\n4"
+EOT = "<|endoftext|>"
+TEXT = f"<|user|>\nWhat is 2 + 2? é\n<|assistant|>\n4{EOT}"
 # Run in the 4.x environment: the ids and logits it reads from the directory, as JSON.
 LOAD_IN_4X = """
 import json, sys, torch, transformers
@@ -71,7 +72,7 @@ def _load_here(d: Path) -> dict:
 def test_the_bytes_export_names_a_tokenizer_class_transformers_4_has(bytes_export):
     written = json.loads((bytes_export / "tokenizer_config.json").read_text())
     assert written["tokenizer_class"] == "PreTrainedTokenizerFast"
-    assert _load_here(bytes_export)["ids"] == list(TEXT.encode())
+    assert _load_here(bytes_export)["ids"] == [*TEXT.removesuffix(EOT).encode(), 256]
 
 
 def test_a_source_tokenizers_own_class_is_kept(tmp_path, qwen_base_tokenizer):
