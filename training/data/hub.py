@@ -35,6 +35,45 @@ def is_hub(uri: str) -> bool:
     return uri.startswith(PREFIX)
 
 
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+PROBE_TIMEOUT_S = 3.0
+_offline_because: list[str] = []  # why this process reads only the cache, once it does
+
+
+def offline_unless_reachable(names: list[str | None], timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Read only the local hub cache, as HF_HUB_OFFLINE=1 does, when one of `names` (an hf://
+    dataset, a model or tokenizer id) is on the Hub and its endpoint (or the HTTPS proxy) takes
+    no TCP connection within `timeout_s`. Without this, huggingface_hub retries every request
+    with backoff (utils/_http.py `http_backoff`, 5 retries): minutes and a dozen lines before the
+    one error. `is_offline_mode()` reads the constant at each call, so transformers follows."""
+    import socket
+    import urllib.request
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or not any(n and _on_hub(n) for n in names):
+        return
+    target = urlparse(urllib.request.getproxies().get("https") or constants.ENDPOINT)
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        socket.create_connection((target.hostname, port), timeout=timeout_s).close()
+    except OSError as e:
+        constants.HF_HUB_OFFLINE = True
+        os.environ["HF_HUB_OFFLINE"] = "1"  # for processes started from here (local Ray)
+        _offline_because.append(f"the Hugging Face Hub at {constants.ENDPOINT} is unreachable "
+                                f"({first_line(e)}) and the local cache has no copy")
+
+
+def offline_reason() -> str | None:
+    """Why a Hub read failed when this process went offline, for the error line."""
+    return _offline_because[0] if _offline_because else None
+
+
+def _on_hub(name: str) -> bool:
+    return is_hub(name) or (bool(_REPO_ID.match(name)) and not Path(name).exists())
+
+
 @dataclass(frozen=True)
 class HubSplit:
     """One split of one config of a dataset repository, at a revision."""
@@ -76,8 +115,9 @@ def fetch(uri: str, flag: str, suffixes: tuple[str, ...]) -> Snapshot:
                                      allow_patterns=patterns,
                                      local_files_only=constants.HF_HUB_OFFLINE)
         except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError) as e:
+            why = offline_reason() or f"{type(e).__name__}: {first_line(e)}"
             raise DataError(f"{flag} {uri!r}: cannot fetch it from the Hugging Face Hub "
-                            f"({type(e).__name__}: {first_line(e)})") from None
+                            f"({why}); HF_HUB_OFFLINE=1 reads only the local cache") from None
 
     folder = download(split.revision, [CARD])
     commit = Path(folder).name

@@ -46,12 +46,14 @@ def check_model(cfg: TrainConfig, tokenizer_vocab: int | None):
 def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
     """--data exists and has a tokenizer: --tokenizer (a built-in shape has none of its own),
     loaded here, so a bad one fails now."""
+    from training.data.hub import offline_reason, offline_unless_reachable
     from training.model.model import is_builtin
 
     if not _data_exists(cfg.data):
-        raise DataError(f"--data {cfg.data!r}: no such file or directory (or not one of "
-                        f"{RANDOM_DATA})")
+        raise DataError(f"--data {cfg.data!r}: no such file or directory (or "
+                        f"{' or '.join(RANDOM_DATA)})")
     tok_name = tokenizer_name(cfg)
+    offline_unless_reachable([cfg.data, cfg.eval_data, tok_name, cfg.model])
     if is_builtin(tok_name) and tok_name != BYTES:
         raise ModelError(f"--data {cfg.data!r} needs a tokenizer with the built-in shape "
                          f"{cfg.model!r}: pass --tokenizer {BYTES} (UTF-8 bytes, built in) "
@@ -60,7 +62,26 @@ def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
         return encoder(tok_name)
     except (OSError, ValueError) as e:
         raise ModelError(f"--tokenizer {tok_name!r}: cannot load it "
-                         f"({str(e).splitlines()[0]})") from None
+                         f"({offline_reason() or str(e).splitlines()[0]})") from None
+
+
+# The shortest row of each format that trains anything: one character of prompt, one of answer.
+_SHORTEST = {"messages": lambda enc: enc.chat([{"role": "user", "content": "?"},
+                                               {"role": "assistant", "content": "!"}]),
+             "prompt-completion": lambda enc: enc.prompt_completion("?", "!")}
+
+
+def check_room(cfg: TrainConfig, enc: Encoder, data_format: str) -> None:
+    """--seq-len long enough for a prompt and its answer in this format and tokenizer: shorter,
+    the packed windows cut most answers off their prompts and steps train nothing."""
+    shortest = _SHORTEST.get(data_format)
+    if shortest is None:  # plain text: every token is trained
+        return
+    need = len(shortest(enc)[0])
+    if cfg.seq_len < need:
+        raise ConfigError([f"--seq-len {cfg.seq_len} cannot hold a prompt and an answer: the "
+                           f"shortest {data_format} row is {need} tokens with tokenizer "
+                           f"{tokenizer_name(cfg)!r}; use --seq-len {need} or more"])
 
 
 def _data_exists(uri: str) -> bool:

@@ -32,10 +32,13 @@ if TYPE_CHECKING:
     from training.storage import Storage
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a job stopped by Ctrl-C
 DEMO_DEFAULTS = {"data": str(SHIPPED), "tokenizer": BYTES, "name": "demo", "log_every": 1,
-                 "lr": 3e-3, "eval_fraction": 0.05, "eval_every": 5}
+                 "lr": 3e-3, "eval_fraction": 0.05, "eval_every": 5, "export": True}
 """What `--demo` (`make demo`) adds to `--local`: the shipped instruction set with the built-in
-byte tokenizer, 5% held out, so the training and evaluation losses visibly fall within seconds."""
+byte tokenizer, 5% held out, so the training and evaluation losses visibly fall within seconds,
+and exported at the end (`runs/demo/hf_model`, the model
+docs/using-the-model.md loads)."""
 # On a cluster (--address) workers may still be joining when the job starts: KubeRay submits once
 # every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
 # Ray never grows, so there the check fails at once.
@@ -48,7 +51,8 @@ class JobError(RuntimeError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0],
+                                 epilog=demo_epilog())
     ap.add_argument("--local", action="store_true", help="local Ray, 2 CPU workers, `tiny` model "
                     "(the defaults of a laptop run; other flags still apply)")
     ap.add_argument("--demo", action="store_true", help="--local, trained on the shipped sample "
@@ -58,6 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "span the loss trains on]} and exit, before any storage or Ray")
     add_config_flags(ap)
     return ap
+
+
+def demo_epilog() -> str:
+    """--help's defaults are a cluster run's; this names what --local and --demo change."""
+    return ("--local changes these defaults: " + _flags(LOCAL_DEFAULTS) + "; --demo also: " +
+            _flags(DEMO_DEFAULTS))
+
+
+def _flags(values: dict) -> str:
+    def one(key: str, value) -> str:
+        flag = key.replace("_", "-")
+        if isinstance(value, bool):
+            return f"--{flag}" if value else f"--no-{flag}"
+        return f"no --{flag}" if value is None else f"--{flag} {value}"
+    return ", ".join(one(k, v) for k, v in values.items())
 
 
 def parse(argv: list[str] | None = None) -> TrainConfig:
@@ -94,8 +113,30 @@ def main(argv: list[str] | None = None) -> int:
     except JobError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"interrupted: {_interrupted_note(argv)}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     print(summary.to_json(), flush=True)
     return 0
+
+
+def _interrupted_note(argv: list[str] | None) -> str:
+    """What a Ctrl-C left behind: the run's newest complete checkpoint (the same command resumes
+    from it, training/run/checkpoint.py `latest`), or that nothing was saved."""
+    try:
+        from training.run.checkpoint import latest
+        from training.storage import resolve
+
+        cfg = parse(argv)
+        storage = resolve(cfg.storage_path)
+        ckpt = latest(storage.filesystem, storage.run_dir(cfg.name), None)
+    except Exception:  # noqa: BLE001 - interrupted before the settings or storage were known
+        return "nothing was saved"
+    if ckpt is None:
+        return f"run {cfg.name!r} has no checkpoint yet; rerun the same command to start it again"
+    step = int(Path(ckpt.path).name.removeprefix("checkpoint-step"))
+    return (f"run {cfg.name!r} is saved at step {step} ({storage.display(ckpt.path)}); "
+            "rerun the same command to resume from there")
 
 
 def show_preview(cfg: TrainConfig, count: int) -> int:
@@ -120,13 +161,10 @@ def run(cfg: TrainConfig) -> RunSummary:
     job_started = time.time()
     plan, storage = run_plan.build(cfg)  # every check before Ray, in one pass
     cfg, resume = plan.cfg, plan.resume
-    if (done := checks.finished(cfg, storage)) is not None:
-        print(f"run {cfg.name!r} finished at step {done.steps} of {cfg.steps} already "
-              f"({storage.display(storage.run_dir(cfg.name))}): nothing to train, its results "
-              "are left as they are; raise --steps to continue it, or give a new --name",
-              flush=True)
+    done = checks.finished(cfg, storage)
+    if done is not None and not _export_only(done, cfg, storage):
         return _summary(None, storage, plan)
-    if resume:
+    if resume and not done:
         print(f"resuming run {cfg.name!r} from {resume.checkpoint} (step {resume.step})",
               flush=True)
         for note in resume.notes:
@@ -154,11 +192,27 @@ def run(cfg: TrainConfig) -> RunSummary:
     finally:
         if started_here:
             ray.shutdown()
-    summary = _summary(result, storage, plan, lambda marks: cold_start.summarize(
-        observed, {"job_started": job_started, "workers_joined": joined, **marks}))
+    summary = _summary(result, storage, plan, None if done else lambda marks: (
+        cold_start.summarize(observed, {"job_started": job_started, "workers_joined": joined,
+                                        **marks})))
     if summary.stopped:
         raise JobError(summary.stopped)
     return summary
+
+
+def _export_only(done: RunSummary, cfg: TrainConfig, storage: Storage) -> bool:
+    """A finished run: say so; True when --export asks for the export it lacks, which the
+    workers then write from its last checkpoint without a step (trainer.py `finish`)."""
+    where = storage.display(storage.run_dir(cfg.name))
+    if cfg.export and not done.export_path:
+        print(f"run {cfg.name!r} finished at step {done.steps} already ({where}): exporting its "
+              "last checkpoint, no training", flush=True)
+        return True
+    print(f"run {cfg.name!r} finished at step {done.steps} of {cfg.steps} already ({where}): "
+          "nothing to train, its results are left as they are; raise --steps to continue it, "
+          + ("" if done.export_path else "--export to export it, ") + "or give a new --name",
+          flush=True)
+    return False
 
 
 def _check_capacity(cfg: TrainConfig, use_gpu: bool, resources: Callable[[], dict],
@@ -200,14 +254,13 @@ def _run_started_at(job_started: float) -> float:
 
 def _fit(inputs: WorkerInputs, storage: Storage, use_gpu: bool):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
 
     from training.run.loop import train_func
     from training.storage import s3_env
 
     cfg = inputs.plan.cfg
-    trainer = TorchTrainer(
+    trainer = _interruptible_trainer()(
         train_func,
         train_loop_config=inputs.as_loop_config(),
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
@@ -222,9 +275,40 @@ def _fit(inputs: WorkerInputs, storage: Storage, use_gpu: bool):
                              logging_config=LoggingConfig(log_level="WARNING")),
     )
     try:
-        return trainer.fit()
-    except Exception as e:  # Ray wraps worker errors; surface the root cause in one line
+        result = trainer.fit()
+    except (Exception, SystemExit) as e:  # Ray wraps worker errors; the root cause in one line
+        if trainer.interrupted:
+            raise KeyboardInterrupt from None
         raise JobError(_root_cause(e)) from None
+    if trainer.interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+def _interruptible_trainer():
+    """TorchTrainer that remembers a Ctrl-C. Its `fit` swaps in a SIGINT handler that aborts the
+    controller and calls sys.exit(0) (ray 2.58 train/v2/api/data_parallel_trainer.py
+    `_register_sigint_handler`), so the run ends with a bare exit status 1 and no word of what
+    was saved; this wraps that handler to record the interrupt first, and `_fit` turns it back
+    into a KeyboardInterrupt that `main` reports."""
+    import signal
+
+    from ray.train.torch import TorchTrainer
+
+    class InterruptibleTrainer(TorchTrainer):
+        interrupted = False
+
+        def _register_sigint_handler(self, controller) -> None:
+            super()._register_sigint_handler(controller)
+            ray_handler = signal.getsignal(signal.SIGINT)
+
+            def on_sigint(signum, frame):
+                self.interrupted = True
+                ray_handler(signum, frame)
+
+            signal.signal(signal.SIGINT, on_sigint)
+
+    return InterruptibleTrainer
 
 
 def _root_cause(e: BaseException) -> str:
@@ -246,19 +330,23 @@ def _summary(result, storage: Storage, plan: RunPlan,
     from training.driver.checks import saved_summary
     from training.evals import cost as harness_cost
     from training.run.checkpoint import latest
-    from training.run.handoff import RunSummary
+    from training.run.handoff import SUMMARY_FILE, RunSummary
+    from training.run.run_files import RunFiles
 
     cfg = plan.cfg
     run_dir = storage.run_dir(cfg.name)
     ckpt = latest(storage.filesystem, run_dir, result.checkpoint if result else None)
     saved = saved_summary(cfg, storage) or RunSummary()
-    return dataclasses.replace(
+    summary = dataclasses.replace(
         saved, data_format=plan.data.data_format if plan.data else cfg.data,
         checkpoint=storage.display(ckpt.path) if ckpt else None,
         checkpoint_gib=_size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         run_dir=storage.display(run_dir),
         cold_start=phases(saved.cold_start or {}) if phases else saved.cold_start,
         harness_gpu_node_usd=harness_cost.summary_usd(saved))  # the price is the head's
+    if result is not None:  # one summary: summary.json holds what the last line prints
+        RunFiles(storage.filesystem, run_dir).write_json(SUMMARY_FILE, summary.to_dict())
+    return summary
 
 
 def _size_gib(fs, path: str) -> float:
@@ -271,6 +359,9 @@ def _quiet_local_logs() -> None:
     """Keep Ray's internal warnings out of the user's terminal; errors still show."""
     quiet.install()
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # huggingface_hub's download bars and transformers' loading bars (transformers.utils.logging
+    # follows huggingface_hub's are_progress_bars_disabled), in the driver and its local workers.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     warnings.filterwarnings("ignore")
     for name in ("ray", "ray.train", "ray.data", "ray.tune"):

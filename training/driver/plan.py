@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from training.config import RANDOM_DATA, TrainConfig
-from training.driver import checks
+from training.driver import checks, run_record
 from training.run.handoff import RunPlan
 from training.storage import Storage
 
@@ -25,16 +25,18 @@ def build(cfg: TrainConfig) -> tuple[RunPlan, Storage]:
     from training.storage import check_writable, resolve
 
     cfg = evals_tasks.checked(checks.absolute_paths(cfg))  # an unknown lm-eval task fails here
-    vocab = None if cfg.data in RANDOM_DATA else checks.check_data_and_tokenizer(cfg).vocab_size()
-    model = checks.check_model(cfg, vocab)
+    enc = None if cfg.data in RANDOM_DATA else checks.check_data_and_tokenizer(cfg)
+    model = checks.check_model(cfg, enc.vocab_size() if enc else None)
     spec = LoraSpec.from_config(cfg)
     counts = count_on_meta(model, spec)  # LoRA targets the model lacks fail here
     _check_memory(cfg, model, counts, spec)
     storage = resolve(cfg.storage_path)
     check_writable(storage)
+    run_record.check_and_record(cfg, storage)  # the same --name, other defining settings
     data_plan = DataPlan.for_run(cfg, storage)
     data = data_plan.build(model.vocab_size) if data_plan else None
     if data is not None:
+        checks.check_room(cfg, enc, data.data_format)
         cfg = dataclasses.replace(cfg, steps=data.steps)
     print(data.summary if data else describe(cfg, None, None), flush=True)
     resume = checks.check_resume(cfg, storage, data.fingerprint if data else cfg.data)

@@ -70,6 +70,38 @@ def tokenizer_for(cfg: TrainConfig):
     return bytes_tokenizer() if name == BYTES else hf_tokenizer(name)
 
 
+# transformers 5 saves its tokenizers.Tokenizer-backed class under this name (tokenization_utils_
+# base.py `save_pretrained`: `self.__class__.__name__`); transformers 4.x has no such class and
+# AutoTokenizer fails with "Tokenizer class TokenizersBackend does not exist".
+V5_ONLY_CLASS, PORTABLE_CLASS = "TokenizersBackend", "PreTrainedTokenizerFast"
+
+
+def portable_tokenizer_config(directory: str, source: str) -> None:
+    """Name the tokenizer class in `directory`'s tokenizer_config.json so transformers 4.x loads
+    it as 5 does: the source tokenizer's own class (Qwen2Tokenizer for Qwen2.5; both versions map
+    it to their tokenizer.json-backed class), else PreTrainedTokenizerFast (the built-in bytes
+    tokenizer, a source that names none), which 5 keeps as an alias of TokenizersBackend."""
+    import json
+    from pathlib import Path
+
+    path = Path(directory, "tokenizer_config.json")
+    written = json.loads(path.read_text())
+    if written.get("tokenizer_class") != V5_ONLY_CLASS:
+        return
+    own = None if source == BYTES else _source_tokenizer_class(source)
+    written["tokenizer_class"] = own if own and own != V5_ONLY_CLASS else PORTABLE_CLASS
+    path.write_text(json.dumps(written, indent=2, ensure_ascii=False) + "\n")
+
+
+def _source_tokenizer_class(source: str) -> str | None:
+    from transformers.models.auto.tokenization_auto import get_tokenizer_config
+
+    try:
+        return get_tokenizer_config(local_dir(source)).get("tokenizer_class")
+    except OSError:
+        return None
+
+
 def _generation_config(cfg: TrainConfig, config, tokenizer):
     """The source model's generation config when it has one, else one from the model config.
     Generation stops at the chat template's end of turn (`<|im_end|>` for Qwen2.5, also under
@@ -113,18 +145,25 @@ def export(engine: Engine, cfg: TrainConfig, files: RunFiles | None) -> str | No
         full = lora.merged_state(full, engine.lora, dtype)  # merged in fp32, cast per tensor
     state = {k: v.to(dtype) for k, v in full.items()}
     del full
-    lm = engine.model.lm
-    config = copy.deepcopy(lm.config)
-    config.dtype, config.use_cache = dtype, True  # training runs without a KV cache
-    tokenizer = tokenizer_for(cfg)
     with tempfile.TemporaryDirectory(prefix="export-") as d:
-        lm.save_pretrained(d, state_dict=state)
-        config.save_pretrained(d)  # over the training config save_pretrained wrote
-        _generation_config(cfg, config, tokenizer).save_pretrained(d)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(d)
+        write_model_dir(d, engine.model.lm, state, cfg)
         files.publish(d, EXPORT_DIR, MARKER)
     return files.uri(EXPORT_DIR)
+
+
+def write_model_dir(directory: str, lm, state: dict, cfg: TrainConfig) -> None:
+    """The Hugging Face directory of `lm` with the weights `state` (already in the export dtype)
+    and the run's tokenizer, loadable by transformers 5 and 4.x."""
+    config = copy.deepcopy(lm.config)
+    config.dtype = DTYPES[cfg.export_dtype]
+    config.use_cache = True  # training runs without a KV cache
+    tokenizer = tokenizer_for(cfg)
+    lm.save_pretrained(directory, state_dict=state)
+    config.save_pretrained(directory)  # over the training config save_pretrained wrote
+    _generation_config(cfg, config, tokenizer).save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+        portable_tokenizer_config(directory, _tokenizer_name(cfg))
 
 
 def _export_adapter(spec: lora.LoraSpec, full: dict, cfg: TrainConfig, files: RunFiles) -> None:

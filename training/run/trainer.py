@@ -10,7 +10,6 @@ import functools
 import time
 from typing import Callable
 
-import ray.train
 import torch
 
 from training.config import TrainConfig
@@ -25,6 +24,7 @@ from training.run.hooks import FaultHooks
 from training.run.preemption import Notice, Preemptions
 from training.run.progress import NonFiniteError, NonFiniteGuard, StepClock
 from training.run.run_files import RunFiles
+from training.run.untrained import UntrainedSteps, warning
 from training.step.engine import Engine, mean_across_ranks, train_step
 from training.step.metrics import mfu, peak_flops
 from training.step.schedule import Schedule
@@ -52,6 +52,7 @@ class Trainer:
                                       {**cfg.to_dict(), **dataclasses.asdict(engine.plan)})
         self.clock = StepClock(self.batch.tokens_per_step(cfg.seq_len, self.world))
         self.guard = NonFiniteGuard(engine.device)
+        self.untrained = UntrainedSteps(engine.device)
         self.pending: list[MetricsRow] = []  # not yet in metrics.csv
         self.saved_step = facts.resumed_from_step
         self.saver = checkpoint.Saver(cfg.async_checkpoint and bool(cfg.checkpoint_every))
@@ -78,12 +79,14 @@ class Trainer:
                     self.finish(stopped)
                     return
                 row = self.log(step, loss, first=step == first, evaluate=evaluate)
+                # No ray.train.report without a checkpoint: each call is a barrier through Ray
+                # Train's synchronization actor plus a hand-off to the controller (ray 2.58
+                # train/v2/_internal/execution/context.py TrainContext.report), about 1.8 s on
+                # 2 cores; the rows go to metrics.csv and the tracker instead.
                 if notice:
                     self.save_for(notice, step, row)
                 elif save:
                     self.save(step, row)
-                else:
-                    ray.train.report(row.to_dict())
                 self.clock.restart()
                 self.untimed = False
             self.hooks.after_step(step, self.saver)
@@ -106,6 +109,7 @@ class Trainer:
         micro = [self.batch_at(step, self.state.samples_seen, m)
                  for m in range(self.batch.grad_accum)]
         rng.seed_step(self.cfg.seed, step, self.rank)  # dropout: the same draws on a resume
+        self.untrained.observe(step, micro)
         run_step = functools.partial(train_step, self.engine, micro, self.schedule.lr(step),
                                      self.cfg.grad_clip)
         if profile:
@@ -139,6 +143,8 @@ class Trainer:
         if first:  # wall clock: the run began on another node
             self.facts.first_step_done(time.time(), self.run_started_at)
         step_time = self.clock.lap(untimed=self.untimed)
+        if (untrained := self.untrained.collect()) and self.rank == 0:
+            print(warning(untrained, self.cfg.seq_len), flush=True)
         eval_loss = self.evaluator.loss(self.engine) if evaluate else None
         if self.state.first_loss is None:
             self.state = dataclasses.replace(self.state, first_loss=loss_value)
@@ -198,6 +204,10 @@ class Trainer:
             if self.cfg.export and not stopped else None  # collective; never fails the run
         if self.files is None:
             return
+        saved = self.files.read_json(SUMMARY_FILE)
+        if self.state.step == self.facts.resumed_from_step and saved:  # a finished run's export
+            self.files.write_json(SUMMARY_FILE, {**saved, "export_path": path})  # no step ran
+            return
         self.files.append_metrics(self.pending)
         self.files.plot()
         summary = RunSummary.from_run(self.facts, self.last, stopped=stopped, export_path=path)
@@ -216,5 +226,8 @@ def _progress_line(row: MetricsRow, steps: int) -> str:
     mfu_text = f"  mfu {row.mfu:.3f}" if row.mfu is not None else ""
     eval_text = (f"  eval loss {row.eval_loss:.4f}  perplexity "
                  f"{perplexity(row.eval_loss):.2f}" if row.eval_loss is not None else "")
+    # Two rates, each named: the steps' own (since the last log point, logging and saves left
+    # out) and the attempt's overall (everything since its first step began).
     return (f"step {row.step}/{steps}  loss {row.loss:.4f}  lr {row.lr:.2e}  "
-            f"tokens/s {row.tokens_per_s:,.0f}{mfu_text}{eval_text}")
+            f"tokens/s {row.tokens_per_s:,.0f} in steps, "
+            f"{row.run_tokens_per_s_with_checkpoints:,.0f} overall{mfu_text}{eval_text}")

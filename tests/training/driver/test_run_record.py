@@ -1,0 +1,56 @@
+"""A rerun under the same --name with other defining settings (a LoRA rank on a full fine-tune,
+another dataset) is one error line naming what differs, before the data is tokenized or Ray
+starts; other settings (more steps) go on."""
+
+from __future__ import annotations
+
+from training.config import TrainConfig
+from training.driver import cli, run_record
+from training.run.checkpoint import MARKER, dir_name
+from training.storage import resolve
+
+
+def _saved_run(tmp_path, *flags: str) -> TrainConfig:
+    """A run with a complete checkpoint at step 10, recorded as the driver records it."""
+    cfg = cli.parse(["--demo", "--storage-path", str(tmp_path / "runs"), *flags])
+    storage = resolve(cfg.storage_path)
+    run_record.check_and_record(cfg, storage)
+    ckpt = tmp_path / "runs" / cfg.name / dir_name(10)
+    ckpt.mkdir(parents=True)
+    (ckpt / MARKER).write_text("")
+    return cfg
+
+
+def test_a_lora_rank_on_a_finished_full_fine_tune_is_one_line_before_ray(tmp_path, capsys):
+    _saved_run(tmp_path)
+    code = cli.main(["--demo", "--lora-rank", "8", "--storage-path", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == cli.EXIT_BAD_INPUT
+    assert len(err) == 1
+    assert "run 'demo'" in err[0] and "was trained with --lora-rank 0, this run asks " \
+        "--lora-rank 8" in err[0]
+    assert "--name demo-lora-rank-8" in err[0]
+
+
+def test_other_data_is_named_in_words_and_more_steps_are_not_a_difference(tmp_path):
+    cfg = _saved_run(tmp_path)
+    storage = resolve(cfg.storage_path)
+    run_record.check_and_record(TrainConfig(**{**cfg.to_dict(), "steps": 70}), storage)
+    other = TrainConfig(**{**cfg.to_dict(), "data": "/data/other.jsonl"})
+    try:
+        run_record.check_and_record(other, storage)
+    except run_record.OtherRunError as e:
+        assert f'--data "{cfg.data}", this run asks --data "/data/other.jsonl"' in str(e)
+        assert "--name demo-data-other.jsonl" in str(e)
+    else:
+        raise AssertionError("another --data resumed the run")
+
+
+def test_a_run_without_a_checkpoint_starts_over_under_new_settings(tmp_path):
+    cfg = cli.parse(["--demo", "--storage-path", str(tmp_path / "runs")])
+    storage = resolve(cfg.storage_path)
+    run_record.check_and_record(cfg, storage)
+    lora = TrainConfig(**{**cfg.to_dict(), "lora_rank": 8})
+    run_record.check_and_record(lora, storage)  # nothing saved yet: no refusal
+    assert '"lora_rank": 8' in (tmp_path / "runs/demo/run.json").read_text()
+

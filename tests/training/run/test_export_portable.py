@@ -1,0 +1,106 @@
+"""The exported model directory loads under transformers 5 (this environment) and 4.x (a separate
+virtualenv, TF4_PYTHON, default /tmp/tf457/bin/python, with transformers 4.57 and torch): the
+same token ids from AutoTokenizer, the same logits from AutoModelForCausalLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import SHARED
+from training.config import TrainConfig
+from training.model.model import model_config
+from training.run import export
+
+TF4_PYTHON = os.environ.get("TF4_PYTHON", "/tmp/tf457/bin/python")
+EOT = "<|endoftext|>"
+TEXT = f"<|user|>\nWhat is 2 + 2? é\n<|assistant|>\n4{EOT}"
+# Run in the 4.x environment: the ids and logits it reads from the directory, as JSON.
+LOAD_IN_4X = """
+import json, sys, torch, transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+d, text = sys.argv[1], sys.argv[2]
+tok = AutoTokenizer.from_pretrained(d)
+model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
+ids = tok(text)["input_ids"]
+with torch.no_grad():
+    logits = model(torch.tensor([ids])).logits[0, -1].tolist()
+print(json.dumps({"version": transformers.__version__, "class": type(tok).__name__,
+                  "ids": ids, "logits": logits}))
+"""
+
+
+def _tf4() -> str:
+    if not Path(TF4_PYTHON).exists():
+        pytest.skip(f"no transformers 4.x environment at {TF4_PYTHON} (set TF4_PYTHON; "
+                    "python3 -m venv /tmp/tf457 && /tmp/tf457/bin/pip install "
+                    "transformers==4.57.6 torch==2.13.0)")
+    return TF4_PYTHON
+
+
+@pytest.fixture(scope="module")
+def bytes_export(tmp_path_factory) -> Path:
+    """What the end of `make demo` writes: the `tiny` shape over the bytes tokenizer, bf16."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(3)
+    cfg = TrainConfig(model="tiny", tokenizer="bytes", num_workers=2, use_gpu=False)
+    lm = AutoModelForCausalLM.from_config(model_config("tiny", 257))
+    state = {k: v.to(torch.bfloat16) for k, v in lm.state_dict().items()
+             if k != "lm_head.weight"}  # tied: stored once, as export() writes it
+    out = tmp_path_factory.mktemp("hf_model")
+    export.write_model_dir(str(out), lm, state, cfg)
+    return out
+
+
+def _load_here(d: Path) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(d)
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    ids = tok(TEXT)["input_ids"]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, -1]
+    return {"ids": ids, "logits": logits}
+
+
+def test_the_bytes_export_names_a_tokenizer_class_transformers_4_has(bytes_export):
+    written = json.loads((bytes_export / "tokenizer_config.json").read_text())
+    assert written["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert _load_here(bytes_export)["ids"] == [*TEXT.removesuffix(EOT).encode(), 256]
+
+
+def test_a_source_tokenizers_own_class_is_kept(tmp_path, qwen_base_tokenizer):
+    """A tokenizer saved as transformers 5's TokenizersBackend gets its source's class back."""
+    from transformers import AutoTokenizer
+
+    source = tmp_path / "source"
+    AutoTokenizer.from_pretrained(qwen_base_tokenizer).save_pretrained(source)
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    config["tokenizer_class"] = "Qwen2Tokenizer"  # as Qwen/Qwen2.5-1.5B's names it
+    assert json.loads((SHARED / "reference/qwen2.5/tokenizer_config.json").read_text())[
+        "tokenizer_class"] == config["tokenizer_class"]
+    (source / "tokenizer_config.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    AutoTokenizer.from_pretrained(qwen_base_tokenizer).save_pretrained(out)  # TokenizersBackend
+    export.portable_tokenizer_config(str(out), str(source))
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == \
+        "Qwen2Tokenizer"
+
+
+def test_transformers_4_57_loads_the_export_as_5_does(bytes_export):
+    python = _tf4()
+    done = subprocess.run([python, "-c", LOAD_IN_4X, str(bytes_export), TEXT],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert theirs["version"].startswith("4.")
+    ours = _load_here(bytes_export)
+    assert theirs["ids"] == ours["ids"]
+    torch.testing.assert_close(torch.tensor(theirs["logits"]), ours["logits"],
+                               rtol=1e-4, atol=1e-4)
