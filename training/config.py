@@ -101,7 +101,7 @@ class TrainConfig:
     eval_every: Annotated[int, Bounds(ge=0)] = documented(
         0, "evaluate every N steps (also before the first step and after the last); 0: only then")
     storage_path: str = documented(
-        "./runs", "where checkpoints and metrics go (local directory or s3://bucket/prefix; "
+        "./outputs", "where checkpoints and metrics go (local directory or s3://bucket/prefix; "
         "shared storage on clusters)")
     name: str = documented("qwen-fsdp", "run name; the same name and storage path resume the run")
     checkpoint_every: Annotated[int, Bounds(ge=0)] = documented(

@@ -37,7 +37,7 @@ DEMO_DEFAULTS = {"data": str(SHIPPED), "tokenizer": BYTES, "name": "demo", "log_
                  "lr": 3e-3, "eval_fraction": 0.05, "eval_every": 5, "export": True}
 """What `--demo` (`make demo`) adds to `--local`: the shipped instruction set with the built-in
 byte tokenizer, 5% held out, so the training and evaluation losses visibly fall within seconds,
-and exported at the end (`runs/demo/hf_model`, the model
+and exported at the end (`outputs/demo/hf_model`, the model
 docs/using-the-model.md loads)."""
 # On a cluster (--address) workers may still be joining when the job starts: KubeRay submits once
 # every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
