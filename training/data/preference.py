@@ -16,7 +16,7 @@ no answer token in the row is skipped and counted (TRL drops prompts over max_le
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -142,6 +142,29 @@ def row_of(pair: tuple[Encoded, Encoded], width: int) -> np.ndarray:
         row[at:at + len(ids)] = np.asarray(ids, dtype=DTYPE) | flags
         at += len(ids)
     return row
+
+
+def preview_pairs(cfg, enc: Encoder, count: int, spans) -> Iterator[dict]:
+    """--preview with --objective dpo: the first `count` training pairs as the rows hold them,
+    `{"chosen": <text>, "rejected": <text>, "trained": {"chosen": [...], "rejected": [...]}}`
+    (each document rendered after the row's cut; a label never starts a document)."""
+    pairs = 0
+    for where, number, row in Source.open(cfg.data).rows():
+        try:
+            pair = fit(encode_pair(row, enc), cfg.seq_len + 1)
+        except RowError as e:
+            raise DataError(f"{where} row {number}: {e}") from None
+        if pair is None or held_out(pairs, cfg.eval_fraction):
+            pairs += pair is not None
+            continue
+        pairs += 1
+        texts = {k: enc.decode(ids) for k, (ids, _) in zip(COLUMNS, pair)}
+        trained = {k: [enc.decode(s) for s in spans(ids, [False, *t[1:]])]
+                   for k, (ids, t) in zip(COLUMNS, pair)}
+        yield {**texts, "trained": trained}
+        count -= 1
+        if count <= 0:
+            return
 
 
 class PairBatch(NamedTuple):

@@ -147,7 +147,10 @@ def describe(cfg: TrainConfig, index: dict | None, evaluated: EvalSet | None) ->
     held = f"; evaluated on {evaluated.samples} samples" if evaluated else ""
     tokenizer = "bytes (built in)" if tokenizer_name(cfg) == BYTES else tokenizer_name(cfg)
     steps, per_step = run_steps(cfg, index["samples"]), samples_per_step(cfg)
-    return (f"data: {fmt} format, {index['documents']} documents in {index['samples']} samples "
+    unit = "documents"
+    if fmt == preference.FORMAT:  # one pair a row; pairs with no answer left in a row skipped
+        unit = f"pairs (one a sample, {index.get('skipped_pairs', 0)} too long skipped),"
+    return (f"data: {fmt} format, {index['documents']} {unit} in {index['samples']} samples "
             f"of {cfg.seq_len + 1} tokens (tokenizer {tokenizer}), loss on {trains_on}{held}; "
             f"{steps} steps of {per_step} samples = {steps * per_step / index['samples']:.2f} "
             "epochs, each in its own document order")

@@ -26,6 +26,11 @@ def spans(ids: list[int], trained: list[bool]) -> list[list[int]]:
 
 def preview(cfg: TrainConfig, enc: Encoder, count: int) -> Iterator[dict]:
     """The first `count` training rows (held-out ones skipped), as JSON objects."""
+    if cfg.objective == "dpo":  # both answers of each pair, and what trains in each
+        from training.data.preference import preview_pairs
+
+        yield from preview_pairs(cfg, enc, count, spans)
+        return
     rows = documents(Source.open(cfg.data), enc, cfg.loss_tokens)
     for doc, (_, _, _, ids, trained) in enumerate(rows):
         if held_out(doc, cfg.eval_fraction):
