@@ -49,6 +49,9 @@ def split(row: dict) -> tuple[object, object, object]:
         return chosen[:n], chosen[n:], rejected[n:]
     c, r = _messages(chosen), _messages(rejected)
     n = next((i for i, (a, b) in enumerate(zip(c, r)) if a != b), min(len(c), len(r)))
+    if n == len(c) or n == len(r):
+        raise RowError("`chosen` and `rejected` share every turn of one of them: no answer of "
+                       "its own to prefer")
     return c[:n], c[n:], r[n:]
 
 

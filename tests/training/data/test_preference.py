@@ -61,6 +61,7 @@ def test_a_prompt_turn_of_the_assistant_is_not_trained():
     ({"prompt": USER, "chosen": _said("a"), "rejected": [{"role": "user", "content": "x"}]},
      "`rejected` has no token to train on"),
     ({"chosen": [{"role": "robot", "content": "x"}], "rejected": "y"}, "messages[0]"),
+    ({"chosen": USER + _said("a"), "rejected": USER + _said("a")}, "no answer of its own"),
 ])
 def test_a_bad_row_is_refused_with_its_reason(tmp_path, row, why):
     path = tmp_path / "bad.jsonl"
