@@ -59,11 +59,16 @@ def setup_for(cfg, directory: str, data: str):
     return setup
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser():
+    """bench.lora's flags (the runs' shapes, steps, budget), with DPO's runs and rates."""
     ap = lora.build_parser()
     ap.prog, ap.description = "python -m bench.dpo", __doc__.split("\n")[0]
     ap.set_defaults(runs=",".join(RUNS), lr=1e-6, lora_lr=5e-5)
-    args, argv = start(ap, argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, argv = start(build_parser(), argv)
     runs = [r for r in args.runs.split(",") if r]
     if not runs or not set(runs) <= set(RUNS):
         return refuse(f"--runs takes {', '.join(RUNS)}")

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from training.model.loss import IGNORE_INDEX
-from training.run.facts import REWARD_METRICS
+from training.model.rewards import REWARD_METRICS
 
 
 

@@ -60,12 +60,6 @@ class RunFacts:
             self.time_to_first_step_s = now - run_started_at
 
 
-# --objective dpo's metrics, TRL's names (trl/trainer/dpo_trainer.py `_compute_loss`:
-# `self._metrics[mode]["rewards/chosen"]`, ...), the evaluation's with Trainer's `eval_` prefix.
-REWARD_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins")
-EVAL_REWARD_METRICS = tuple(f"eval_{m}" for m in REWARD_METRICS)
-
-
 @dataclass(frozen=True)
 class MetricsRow:
     """One log point's metrics (a metrics.csv row, a tracker step, a Ray Train report). Only
@@ -84,7 +78,7 @@ class MetricsRow:
     run_tokens_per_s_with_checkpoints: float | None = None
     first_eval_loss: float | None = None
     eval_loss: float | None = None  # when this log point evaluated
-    # --objective dpo: REWARD_METRICS (means over the log window's pairs) and, when this log
+    # --objective dpo: model/rewards.py's REWARD_METRICS (means over the log window's pairs) and, when this log
     # point evaluated, EVAL_REWARD_METRICS; empty for SFT
     preference: dict[str, float] = field(default_factory=dict)
 

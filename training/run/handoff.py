@@ -119,7 +119,7 @@ class RunSummary:
     comm_share: float | None = None
     exposed_comm_share: float | None = None
     # --objective dpo: TRL's rewards/* of the last log point, and its eval_rewards/* when it
-    # evaluated (facts.REWARD_METRICS)
+    # evaluated (model/rewards.py)
     preference: dict | None = None
 
     @classmethod

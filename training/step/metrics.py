@@ -6,7 +6,7 @@ import csv
 import io
 from pathlib import Path
 
-from training.run.facts import EVAL_REWARD_METRICS, REWARD_METRICS
+from training.model.rewards import EVAL_REWARD_METRICS, REWARD_METRICS
 
 # Dense bf16 tensor-core peaks from the vendors' datasheets (no sparsity). MFU is reported against
 # these unless a measured matmul rate is given (the benchmark measures one).

@@ -6,7 +6,8 @@ from __future__ import annotations
 import csv
 import io
 
-from training.run.facts import REWARD_METRICS, MetricsRow
+from training.model.rewards import REWARD_METRICS
+from training.run.facts import MetricsRow
 from training.run.handoff import RunSummary
 from training.step.metrics import CSV_FIELDS, merge_csv, plot_csv
 from tests.training.run.test_handoff import _facts
