@@ -108,6 +108,8 @@ def setup(cfg: TrainConfig, engine: Engine, data: PreparedData, fs: pafs.FileSys
     """(batch_at, evaluator) of a DPO attempt; sets the engine's objective."""
     size, full = batch.micro_batch_size, engine.lora is None
     engine.objective = DpoObjective(cfg.dpo_beta)
+    if not full:  # MFU counts the reference's forward (2 FLOPs a parameter and token) too
+        engine.flops_per_token += 2.0 * engine.num_params
 
     def table(directory: str, file: str, key: str) -> np.ndarray | None:
         return reference_table(engine, fs, directory, file, key, cfg, size, rank, world,

@@ -96,8 +96,8 @@ class Trainer:
         self.pending.append(MetricsRow(step=0, eval_loss=first_eval,
                                        preference=self._preference(evaluated=True)))
         if self.rank == 0:
-            print(f"step 0/{self.cfg.steps}  eval loss {first_eval:.4f}  "
-                  f"perplexity {perplexity(first_eval):.2f}", flush=True)
+            ppl = "" if self.engine.objective else f"  perplexity {perplexity(first_eval):.2f}"
+            print(f"step 0/{self.cfg.steps}  eval loss {first_eval:.4f}{ppl}", flush=True)
 
     def step(self, step: int, profile: bool) -> torch.Tensor:
         """One optimizer step (no sync); `profile`: the second step of the attempt, warm
@@ -219,8 +219,8 @@ class Trainer:
 
 def _progress_line(row: MetricsRow, steps: int) -> str:
     mfu_text = f"  mfu {row.mfu:.3f}" if row.mfu is not None else ""
-    eval_text = (f"  eval loss {row.eval_loss:.4f}  perplexity "
-                 f"{perplexity(row.eval_loss):.2f}" if row.eval_loss is not None else "")
+    ppl = "" if row.preference else f"  perplexity {perplexity(row.eval_loss or 0):.2f}"
+    eval_text = f"  eval loss {row.eval_loss:.4f}{ppl}" if row.eval_loss is not None else ""
     rewards = "".join(f"  {k} {v:.4f}" for k, v in row.preference.items()
                       if k.endswith(("accuracies", "margins")))
     return (f"step {row.step}/{steps}  loss {row.loss:.4f}  lr {row.lr:.2e}  "
