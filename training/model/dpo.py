@@ -34,12 +34,16 @@ class _ChunkedLogps(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, labels, chunk: int):
+        """`hidden` [N, H], `labels` [B, T] with B * T = N: the output is [B, T] and no view
+        (FSDP2 warns of a view returned from its root's forward: an in-place op on it would
+        skip the pre-backward hook)."""
         out = torch.zeros(labels.shape, dtype=torch.float32, device=hidden.device)
+        flat, labels = out.view(-1), labels.reshape(-1)
         for s in range(0, hidden.shape[0], chunk):
             logits = (hidden[s:s + chunk] @ weight.t()).float()
             y = labels[s:s + chunk]
             picked = logits.gather(1, y.clamp(min=0)[:, None]).squeeze(1)
-            out[s:s + chunk] = (picked - torch.logsumexp(logits, -1)) * (y != IGNORE_INDEX)
+            flat[s:s + chunk] = (picked - torch.logsumexp(logits, -1)) * (y != IGNORE_INDEX)
         ctx.save_for_backward(hidden, weight, labels)
         ctx.chunk = chunk
         return out
@@ -47,6 +51,7 @@ class _ChunkedLogps(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         hidden, weight, labels = ctx.saved_tensors
+        grad_out = grad_out.reshape(-1)
         need_w = ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden)
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
@@ -66,9 +71,8 @@ class _ChunkedLogps(torch.autograd.Function):
 def token_logps(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                 chunk_tokens: int) -> torch.Tensor:
     """log p(label) of every position of `hidden` [B, T, H] ([B, T]; 0 where not a label)."""
-    flat = _ChunkedLogps.apply(hidden.flatten(0, 1), weight, labels.flatten(),
+    return _ChunkedLogps.apply(hidden.flatten(0, 1), weight, labels,
                                chunk_tokens or hidden.shape[0] * hidden.shape[1])
-    return flat.view(labels.shape)
 
 
 def segments(positions: torch.Tensor) -> torch.Tensor:

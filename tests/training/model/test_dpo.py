@@ -22,7 +22,7 @@ from training.data.packing import decode
 from training.data.preference import PairCache, PairSamples, row_of
 from training.data.source import Source
 from training.data.tokenize import BYTES_VOCAB, ByteEncoder
-from training.model.dpo import DpoObjective, answer_logps, sigmoid_loss
+from training.model.dpo import DpoObjective, answer_logps, sigmoid_loss, token_logps
 from training.model.model import CausalLMWithLoss, build_model, model_config
 from training.run import reference_logps
 from training.step.engine import build_engine, train_step
@@ -176,3 +176,22 @@ def test_the_loss_on_a_fixed_batch_equals_trl_dpotrainer(tmp_path, tokenizer_dir
         losses, _, _ = sigmoid_loss(ours(policy), ours(ref), 0.1)
     assert float(losses.mean()) == pytest.approx(float(trl_loss), abs=1e-5)
     assert abs(float(trl_loss) - math.log(2)) > 1e-3  # a batch where the two models differ
+
+
+@pytest.mark.parametrize("chunk", [3, 0])
+def test_the_chunked_log_probs_have_autograds_gradients(chunk):
+    """Forward and backward of the chunked log-probabilities against full logits' autograd."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(2, 5, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(11, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 11, (2, 5), generator=g)
+    labels[0, 1] = labels[1, 4] = -100
+    upstream = torch.randn(2, 5, generator=g, dtype=torch.float64)
+    ours = token_logps(h, w, labels, chunk)
+    grads = torch.autograd.grad((ours * upstream).sum(), (h, w))
+    full = torch.log_softmax(h @ w.t(), -1).gather(-1, labels.clamp(min=0)[..., None])[..., 0]
+    full = full * (labels != -100)
+    expected = torch.autograd.grad((full * upstream).sum(), (h, w))
+    torch.testing.assert_close(ours.double(), full, rtol=0, atol=1e-6)
+    for a, b in zip(grads, expected):
+        torch.testing.assert_close(a.double(), b, rtol=1e-6, atol=1e-6)
