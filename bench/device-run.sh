@@ -21,6 +21,11 @@
 #            vs 1.5B LoRA vs 7B LoRA (LARGE, random init) under --memory-budget-gib 22: tokens/s,
 #            peak against the planner's estimate, loss on the shipped set (bench.lora).
 #            CPU rehearsal: MODEL=tiny LARGE=tiny SEQ=64 OUT=/tmp/out bash bench/device-run.sh lora
+#   dpo      one GPU, under 4 minutes: a DPO step (--objective dpo) of 7B LoRA (LARGE, reference =
+#            adapters off) under --memory-budget-gib 22, 1.5B full fine-tuning under it (the
+#            planner's refusal) and on the whole GPU (reference table first): tokens/s, peak
+#            against the planner's estimate (bench.dpo).
+#            CPU rehearsal: MODEL=tiny LARGE=tiny SEQ=64 OUT=/tmp/out bash bench/device-run.sh dpo
 #   preempt  one GPU, about 2 minutes: a preemption's checkpoint, one rank's shards of the 1.5B
 #            run on 8 workers written (local disk and /dev/shm) and copied to local storage
 #            (bench.emergency_save; the S3 upload itself: the same command from a GPU pod)
@@ -32,7 +37,7 @@
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|preempt|harness}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|dpo|preempt|harness}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2} LARGE=${LARGE:-qwen2.5-7b}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -123,6 +128,11 @@ lora)  # one GPU: LoRA on FSDP2 (issue 30); the 7B row at 512 tokens: its bf16 b
   timeout 340 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --seq-len "$SEQ" \
     --large-seq-len 512 --steps 12 --memory-budget-gib 22 \
     --json-out "$OUT/lora.json" 2>&1 | tee -a "$OUT/lora.log"
+  ;;
+dpo)  # one GPU: a DPO step, 7B LoRA under 22 GiB and 1.5B full (the 7B row at 512 tokens)
+  timeout 230 python3 -m bench.dpo --model "$MODEL" --large-model "$LARGE" --seq-len "$SEQ" \
+    --large-seq-len 512 --steps 8 --memory-budget-gib 22 \
+    --json-out "$OUT/dpo.json" 2>&1 | tee "$OUT/dpo.log"
   ;;
 preempt)  # one GPU: how long one rank's preemption checkpoint takes (issue 29)
   timeout 200 python3 -m bench.emergency_save --model "$MODEL" --world 8 --repeats 2 \

@@ -104,8 +104,10 @@ def _train(engine, cfg: TrainConfig, samples) -> dict:
             "grad_norms_finite": finite}
 
 
-def measure_run(cfg: TrainConfig, samples, device) -> dict:
-    """One run's row; an error (the planner's refusal, an OOM) is the row's `error_text`."""
+def measure_run(cfg: TrainConfig, samples, device, setup=None) -> dict:
+    """One run's row; an error (the planner's refusal, an OOM) is the row's `error_text`.
+    `setup(engine)`, when given, prepares the built engine and returns the samples to train on
+    (bench/dpo.py: the DPO objective and its reference)."""
     import torch
 
     from training.model.model import model_config
@@ -122,7 +124,7 @@ def measure_run(cfg: TrainConfig, samples, device) -> dict:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         engine = build_engine(cfg, model_config(cfg.model), device)
-        row.update(_train(engine, cfg, samples))
+        row.update(_train(engine, cfg, setup(engine) if setup else samples))
         inputs = {**estimate_inputs(engine, cfg), "lora_dropout": cfg.lora_dropout > 0,
                   "trainable_params": engine.trainable_params if engine.lora else None}
         row.update(plan=dataclasses.asdict(engine.plan), num_params=engine.num_params,

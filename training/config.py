@@ -93,6 +93,12 @@ class TrainConfig:
     loss_tokens: Literal["completion", "all"] = documented(
         "completion", "`completion`: train on completions and assistant turns only (all of "
         "`text` data); `all`: on every token")
+    objective: Literal["sft", "dpo"] = documented(
+        "sft", "`sft`: supervised next-token loss; `dpo`: Direct Preference Optimization on "
+        "TRL's preference data (`prompt` + `chosen` + `rejected`, or `chosen` + `rejected` "
+        "conversations), the sigmoid loss against the initial model (docs/dpo.md)")
+    dpo_beta: Annotated[float, Bounds(gt=0)] = documented(
+        0.1, "DPO's beta: how far the policy may move from the reference (TRL's default 0.1)")
     eval_data: str | None = documented(
         None, "held-out data to evaluate on (same formats as --data)")
     eval_fraction: Annotated[float, Bounds(ge=0, lt=1)] = documented(
@@ -252,6 +258,9 @@ class TrainConfig:
                        f"have no epochs: use --steps")
         if self.eval_fraction and self.eval_data:
             out.append("--eval-fraction and --eval-data both set: evaluate on one of them")
+        if self.objective == "dpo" and not text:
+            out.append(f"--objective dpo needs preference --data files (got --data {self.data}"
+                       f"); e.g. hf://trl-lib/ultrafeedback_binarized")
         if (self.eval_fraction or self.eval_data) and not text:
             out.append(f"--eval-fraction/--eval-data need --data files (got --data {self.data})")
         return out

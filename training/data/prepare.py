@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from training.config import RANDOM_DATA, TrainConfig
 from training.data import DataError
 from training.data.cache import EVAL_FILE, TOKENS_FILE, TokenCache
+from training.data import preference
 from training.data.formats import BY_NAME, listing
+from training.data.preference import PairCache
 from training.data.source import Source
 from training.data.tokenize import BYTES, encoder
 from training.storage import Storage
@@ -84,10 +86,11 @@ class DataPlan:
             return None
         run_dir, tok = storage.run_dir(cfg.name), tokenizer_name(cfg)
         source = Source.open(cfg.data)
-        cache = TokenCache.for_run(storage.filesystem, run_dir, source, tok, cfg.seq_len,
+        kind = PairCache if cfg.objective == "dpo" else TokenCache  # one pair a row
+        cache = kind.for_run(storage.filesystem, run_dir, source, tok, cfg.seq_len,
                                    cfg.loss_tokens, cfg.eval_fraction)
         eval_source = Source.open(cfg.eval_data, "--eval-data") if cfg.eval_data else None
-        eval_cache = eval_source and TokenCache.for_run(storage.filesystem, run_dir, eval_source,
+        eval_cache = eval_source and kind.for_run(storage.filesystem, run_dir, eval_source,
                                                         tok, cfg.seq_len, cfg.loss_tokens)
         return cls(cfg, source, cache, eval_source, eval_cache)
 
@@ -139,11 +142,15 @@ def describe(cfg: TrainConfig, index: dict | None, evaluated: EvalSet | None) ->
         return (f"data: {cfg.data} tokens, for transport and throughput checks only: nothing "
                 f"real is learned (pass --data with {formats} files)")
     fmt = index["data_format"]
-    trains_on = "every token" if cfg.loss_tokens == "all" else BY_NAME[fmt].trains
+    trains_on = preference.TRAINS if fmt == preference.FORMAT else \
+        "every token" if cfg.loss_tokens == "all" else BY_NAME[fmt].trains
     held = f"; evaluated on {evaluated.samples} samples" if evaluated else ""
     tokenizer = "bytes (built in)" if tokenizer_name(cfg) == BYTES else tokenizer_name(cfg)
     steps, per_step = run_steps(cfg, index["samples"]), samples_per_step(cfg)
-    return (f"data: {fmt} format, {index['documents']} documents in {index['samples']} samples "
+    unit = "documents"
+    if fmt == preference.FORMAT:  # one pair a row; pairs with no answer left in a row skipped
+        unit = f"pairs (one a sample, {index.get('skipped_pairs', 0)} too long skipped),"
+    return (f"data: {fmt} format, {index['documents']} {unit} in {index['samples']} samples "
             f"of {cfg.seq_len + 1} tokens (tokenizer {tokenizer}), loss on {trains_on}{held}; "
             f"{steps} steps of {per_step} samples = {steps * per_step / index['samples']:.2f} "
             f"epochs, each in its own document order{_skipped(index)}")

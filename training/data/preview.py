@@ -29,6 +29,11 @@ def spans(ids: list[int], trained: list[bool]) -> list[list[int]]:
 def preview(cfg: TrainConfig, enc: Encoder, count: int) -> Iterator[dict]:
     """The first `count` training rows (held-out ones and those a run skips left out), as JSON
     objects."""
+    if cfg.objective == "dpo":  # both answers of each pair, and what trains in each
+        from training.data.preference import preview_pairs
+
+        yield from preview_pairs(cfg, enc, count, spans)
+        return
     skipped, shown = Skipped(), 0
     for doc, (_, _, _, ids, trained) in enumerate(documents(Source.open(cfg.data), enc,
                                                             cfg.loss_tokens, skipped)):

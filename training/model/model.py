@@ -132,10 +132,17 @@ class CausalLMWithLoss(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
                 positions: torch.Tensor | None = None,
-                normalizer: torch.Tensor | None = None) -> torch.Tensor:
+                normalizer: torch.Tensor | None = None,
+                per_token_logps: bool = False) -> torch.Tensor:
         """The summed loss over the counted labels divided by `normalizer` (default: their
-        count, the mean)."""
+        count, the mean); `per_token_logps`: instead each label's log-probability ([B, T], 0
+        where none; --objective dpo, model/dpo.py), inside this root module's forward so that
+        FSDP2 gathers the root's weights for it."""
         hidden = self.hidden(input_ids, positions)
+        if per_token_logps:
+            from training.model.dpo import token_logps
+
+            return token_logps(hidden, self.lm.lm_head.weight, labels, self.loss_chunk_tokens)
         if not self.loss_chunk_tokens:  # unfused baseline: full fp32 logits
             logits = self.lm.lm_head(hidden).float()
             total = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(),

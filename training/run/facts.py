@@ -78,8 +78,14 @@ class MetricsRow:
     run_tokens_per_s_with_checkpoints: float | None = None
     first_eval_loss: float | None = None
     eval_loss: float | None = None  # when this log point evaluated
+    # --objective dpo: model/rewards.py's REWARD_METRICS (means over the log window's pairs) and, when this log
+    # point evaluated, EVAL_REWARD_METRICS; empty for SFT
+    preference: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The row as its consumers take it (csv.DictWriter, MLflow's metrics, ray.train.report);
-        each reads the fields it knows and skips what has no value."""
-        return dataclasses.asdict(self)
+        each reads the fields it knows and skips what has no value. The preference metrics are
+        keys of their own, under TRL's names."""
+        out = dataclasses.asdict(self)
+        out.update(out.pop("preference"))
+        return out

@@ -125,6 +125,9 @@ class RunSummary:
     allreduce_busbw_gbps: float | None = None
     comm_share: float | None = None
     exposed_comm_share: float | None = None
+    # --objective dpo: TRL's rewards/* of the last log point, and its eval_rewards/* when it
+    # evaluated (model/rewards.py)
+    preference: dict | None = None
 
     @classmethod
     def from_run(cls, facts: RunFacts, last: MetricsRow, *, stopped: str | None = None,
@@ -147,7 +150,8 @@ class RunSummary:
             load_host_rss_gib=load.load_host_rss_gib if load else None,
             allgather_busbw_gbps=link.allgather_busbw_gbps,
             allreduce_busbw_gbps=link.allreduce_busbw_gbps, comm_share=link.comm_share,
-            exposed_comm_share=link.exposed_comm_share, **dataclasses.asdict(facts.plan))
+            exposed_comm_share=link.exposed_comm_share, preference=dict(last.preference) or None,
+            **dataclasses.asdict(facts.plan))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

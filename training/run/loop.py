@@ -17,7 +17,7 @@ from training.data.packing import Samples
 from training.data.prepare import PreparedData
 from training.data.random_tokens import random_batch
 from training.network import bandwidth, transport
-from training.run import checkpoint, preemption
+from training.run import checkpoint, preemption, reference_logps
 from training.run.evaluate import Evaluator
 from training.run.facts import LinkShares, RunFacts
 from training.run.handoff import WorkerInputs
@@ -53,13 +53,17 @@ def train_func(loop_config: dict) -> None:
         print(f"load: {engine.load.load_s:.1f} s, peak host RSS per rank (GiB) "
               f"{engine.load.load_host_rss_gib}", flush=True)
 
-    batch_at = _batches(cfg, batch, rank, world, plan.model.vocab_size, data)
+    fs = RunFiles.from_context().fs
+    if cfg.objective == "dpo":  # pairs, their reference log-probabilities, the objective
+        batch_at, evaluator = reference_logps.setup(cfg, engine, data, fs, batch, rank, world,
+                                                    fresh=saved is None)
+    else:
+        batch_at = _batches(cfg, batch, rank, world, plan.model.vocab_size, data)
+        evaluator = Evaluator.for_run(fs, data and data.eval, cfg, batch, rank, world)
     marks["model_ready"] = time.time()
     facts = RunFacts(world, saved.step if saved else None, link.verdict, link.nodes, preflight,
                      engine.num_params, engine.plan, inputs.waited_for_workers_s, engine.load,
                      LinkShares(**bandwidth.probe(engine.mesh, device)), marks)
-    evaluator = Evaluator.for_run(RunFiles.from_context().fs, data and data.eval, cfg, batch,
-                                  rank, world)
     hooks = FaultHooks.for_rank(cfg, resumed=saved is not None, rank=rank, world=world)
     Trainer(cfg, engine, batch_at, state, schedule, facts, rank, inputs.run_started_at,
             evaluator, hooks).train()

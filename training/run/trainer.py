@@ -98,10 +98,11 @@ class Trainer:
     def evaluate_first(self) -> None:
         first_eval = self.evaluator.loss(self.engine)
         self.state = dataclasses.replace(self.state, first_eval_loss=first_eval)
-        self.pending.append(MetricsRow(step=0, eval_loss=first_eval))
+        self.pending.append(MetricsRow(step=0, eval_loss=first_eval,
+                                       preference=self._preference(evaluated=True)))
         if self.rank == 0:
-            print(f"step 0/{self.cfg.steps}  eval loss {first_eval:.4f}  "
-                  f"perplexity {perplexity(first_eval):.2f}", flush=True)
+            ppl = "" if self.engine.objective else f"  perplexity {perplexity(first_eval):.2f}"
+            print(f"step 0/{self.cfg.steps}  eval loss {first_eval:.4f}{ppl}", flush=True)
 
     def step(self, step: int, profile: bool) -> torch.Tensor:
         """One optimizer step (no sync); `profile`: the second step of the attempt, warm
@@ -148,12 +149,25 @@ class Trainer:
         eval_loss = self.evaluator.loss(self.engine) if evaluate else None
         if self.state.first_loss is None:
             self.state = dataclasses.replace(self.state, first_loss=loss_value)
-        row = self.last = self._row(step, loss_value, step_time, eval_loss)
+        row = self.last = dataclasses.replace(
+            self._row(step, loss_value, step_time, eval_loss),
+            preference=self._preference(evaluated=evaluate))
         self.pending.append(row)
         self.tracker.log(row.to_dict(), step)
         if self.rank == 0:
             print(_progress_line(row, self.cfg.steps), flush=True)
         return row
+
+    def _preference(self, evaluated: bool) -> dict[str, float]:
+        """Collective. --objective dpo: TRL's reward metrics of the pairs trained since the last
+        log point (then counted afresh) and of the evaluation just run; {} for SFT."""
+        objective, out = self.engine.objective, {}
+        if objective is not None and objective.stats.sums is not None:
+            out = objective.stats.means()
+            objective.stats = type(objective.stats)()
+        if evaluated and getattr(self.evaluator, "metrics", None):
+            out.update(self.evaluator.metrics)
+        return out
 
     def _row(self, step: int, loss_value: float, step_time: float,
              eval_loss: float | None) -> MetricsRow:
@@ -224,10 +238,12 @@ class Trainer:
 
 def _progress_line(row: MetricsRow, steps: int) -> str:
     mfu_text = f"  mfu {row.mfu:.3f}" if row.mfu is not None else ""
-    eval_text = (f"  eval loss {row.eval_loss:.4f}  perplexity "
-                 f"{perplexity(row.eval_loss):.2f}" if row.eval_loss is not None else "")
+    ppl = "" if row.preference else f"  perplexity {perplexity(row.eval_loss or 0):.2f}"
+    eval_text = f"  eval loss {row.eval_loss:.4f}{ppl}" if row.eval_loss is not None else ""
+    rewards = "".join(f"  {k} {v:.4f}" for k, v in row.preference.items()
+                      if k.endswith(("accuracies", "margins")))
     # Two rates, each named: the steps' own (since the last log point, logging and saves left
     # out) and the attempt's overall (everything since its first step began).
     return (f"step {row.step}/{steps}  loss {row.loss:.4f}  lr {row.lr:.2e}  "
             f"tokens/s {row.tokens_per_s:,.0f} in steps, "
-            f"{row.run_tokens_per_s_with_checkpoints:,.0f} overall{mfu_text}{eval_text}")
+            f"{row.run_tokens_per_s_with_checkpoints:,.0f} overall{mfu_text}{eval_text}{rewards}")

@@ -73,6 +73,8 @@ class Engine:
     load: Load | None = None  # pretrained weights: seconds, host RSS per rank
     lora: lora.LoraSpec | None = None  # None: full fine-tuning
     trainable_params: int = 0  # what gets gradients and Adam state (LoRA: the adapters)
+    # --objective dpo: model/dpo.DpoObjective (count and loss of a micro-batch); None: SFT's
+    objective: object | None = None
 
 
 def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.device,
@@ -193,8 +195,10 @@ def train_step(engine: Engine, micro_batches: list[Batch | tuple], lr: float,
     model, opt, device = engine.model, engine.optimizer, engine.device
     for group in opt.param_groups:
         group["lr"] = lr
-    batches = [Batch(*b).to(device) for b in micro_batches]
-    count = sum(label_count(b.labels) for b in batches).float()
+    batches = [(b if hasattr(b, "to") else Batch(*b)).to(device) for b in micro_batches]
+    objective = engine.objective
+    count = sum(objective.count(b) if objective else label_count(b.labels)
+                for b in batches).float()
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world > 1:
         dist.all_reduce(count)
@@ -208,7 +212,8 @@ def train_step(engine: Engine, micro_batches: list[Batch | tuple], lr: float,
         model.set_requires_gradient_sync(last)
         if keep_gathered:
             model.set_reshard_after_backward(last)
-        loss = model(batch.inputs, batch.labels, batch.positions, normalizer=count)
+        loss = objective.loss(model, batch, count) if objective else \
+            model(batch.inputs, batch.labels, batch.positions, normalizer=count)
         loss.backward()
         total += loss.detach()
     engine.grad_norm = _grad_norm_and_clip(model, grad_clip)

@@ -6,6 +6,8 @@ import csv
 import io
 from pathlib import Path
 
+from training.model.rewards import EVAL_REWARD_METRICS, REWARD_METRICS
+
 # Dense bf16 tensor-core peaks from the vendors' datasheets (no sparsity). MFU is reported against
 # these unless a measured matmul rate is given (the benchmark measures one).
 PEAK_BF16_TFLOPS: dict[str, float] = {
@@ -41,10 +43,13 @@ def mfu(tokens_per_s_per_device: float, flops_per_tok: float, peak: float | None
 def merge_csv(existing: str, rows: list[dict]) -> str:
     """metrics.csv text with `rows` appended; rows of steps already present are replaced (resume)."""
     by_step = {int(r["step"]): r for r in csv.DictReader(io.StringIO(existing))} if existing else {}
+    # --objective dpo's columns (TRL's names), only in the files of runs that have them
+    fields = CSV_FIELDS + tuple(k for k in REWARD_METRICS + EVAL_REWARD_METRICS
+                                if any(r.get(k) not in (None, "") for r in [*by_step.values(), *rows]))
     for r in rows:
-        by_step[int(r["step"])] = {k: r.get(k) for k in CSV_FIELDS}
+        by_step[int(r["step"])] = {k: r.get(k) for k in fields}
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
+    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for step in sorted(by_step):
         writer.writerow(by_step[step])
@@ -65,7 +70,15 @@ def plot_csv(csv_text: str, png_path: Path) -> None:
         have = [r for r in rows if r.get(column)]
         return [int(r["step"]) for r in have], [float(r[column]) for r in have]
 
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    preference = bool(series("rewards/accuracies")[0])
+    fig, (ax1, ax2, *ax3) = plt.subplots(3 if preference else 2, 1, sharex=True,
+                                         figsize=(7, 9 if preference else 6))
+    if preference:  # --objective dpo: TRL's reward accuracy and margin
+        ax3[0].plot(*series("rewards/accuracies"), marker=".", label="reward accuracy")
+        ax3[0].plot(*series("rewards/margins"), marker=".", label="reward margin")
+        if series("eval_rewards/accuracies")[0]:
+            ax3[0].plot(*series("eval_rewards/accuracies"), marker="o", label="eval accuracy")
+        ax3[0].legend()
     ax1.plot(*series("loss"), marker=".", label="training")
     if series("eval_loss")[0]:
         ax1.plot(*series("eval_loss"), marker="o", color="C2", label="evaluation")
@@ -73,7 +86,7 @@ def plot_csv(csv_text: str, png_path: Path) -> None:
     ax1.set_ylabel("loss")
     ax2.plot(*series("tokens_per_s"), marker=".", color="C1")
     ax2.set_ylabel("tokens/s (all workers)")
-    ax2.set_xlabel("step")
+    (ax3 or [ax2])[0].set_xlabel("step")
     fig.tight_layout()
     fig.savefig(png_path, dpi=80)
     plt.close(fig)

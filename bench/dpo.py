@@ -1,0 +1,93 @@
+"""`python -m bench.dpo`: a DPO step's tokens/s and peak memory on one GPU, against the planner.
+
+The job's engine on one rank (bench/lora.py `measure_run`, so the rows are comparable with its
+SFT ones), `--objective dpo` on preference pairs made from the shipped instruction set (chosen:
+a row's own answer; rejected: the next different answer, to the same question), packed one pair a row
+by the job's PairCache, the `bytes` tokenizer on the shape's own vocabulary. Runs:
+  lora-large   --large-model (7B) with --lora-rank under --memory-budget-gib: the reference is
+               the same model with its adapters off, one no-grad forward more per micro-batch
+  full-budget  --model (1.5B), full fine-tuning under --memory-budget-gib (the planner's
+               refusal on one GPU, as bench.lora's, is the row)
+  full         the same on the whole GPU; its reference table is computed before the steps
+Random init: the losses only show the step runs (the first is ln 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import tempfile
+
+from bench import lora
+from bench.command import refuse, start
+from bench.single import environment, one_rank, write_json
+
+KIND = "dpo"
+RUNS = ("lora-large", "full-budget", "full")
+
+
+def pairs_file(path: str) -> str:
+    """The shipped set as preference pairs: each question's own answer against the next's."""
+    from training.data.synthetic import SHIPPED
+
+    rows = [json.loads(line)["messages"] for line in SHIPPED.read_text().splitlines()]
+    with open(path, "w") as f:
+        for i, chat in enumerate(rows):
+            other = next(o[-1] for o in rows[i + 1:] + rows if o[-1] != chat[-1])
+            f.write(json.dumps({"chosen": chat, "rejected": [*chat[:-1], other]}) + "\n")
+    return path
+
+
+def setup_for(cfg, directory: str, data: str):
+    """The engine's DPO objective and pair samples (full fine-tuning: its reference table)."""
+    def setup(engine):
+        import pyarrow.fs as pafs
+
+        from training.data.preference import PairCache, PairSamples
+        from training.data.source import Source
+        from training.data.tokenize import ByteEncoder
+        from training.model.dpo import DpoObjective
+        from training.run import reference_logps
+
+        fs = pafs.LocalFileSystem()
+        PairCache(fs, directory, "x").build(Source.open(data), ByteEncoder(), cfg.seq_len)
+        engine.objective = DpoObjective(cfg.dpo_beta)
+        ref = None if engine.lora else reference_logps.compute(
+            engine, PairSamples(fs, directory), engine.plan.micro_batch_size, 0, 1)
+        return PairSamples(fs, directory, seed=cfg.seed, ref=ref)
+    return setup
+
+
+def build_parser():
+    """bench.lora's flags (the runs' shapes, steps, budget), with DPO's runs and rates."""
+    ap = lora.build_parser()
+    ap.prog, ap.description = "python -m bench.dpo", __doc__.split("\n")[0]
+    ap.set_defaults(runs=",".join(RUNS), lr=1e-6, lora_lr=5e-5)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, argv = start(build_parser(), argv)
+    runs = [r for r in args.runs.split(",") if r]
+    if not runs or not set(runs) <= set(RUNS):
+        return refuse(f"--runs takes {', '.join(RUNS)}")
+    with one_rank() as device, tempfile.TemporaryDirectory(prefix="bench-dpo-") as d:
+        result = {"kind": KIND, "env": environment(device, argv, "bench.dpo"), "rows": [],
+                  "settings": {k: v for k, v in vars(args).items() if k != "json_out"}}
+        data = pairs_file(f"{d}/pairs.jsonl")
+        for run in runs:
+            cfg = dataclasses.replace(lora.run_config(args, run), objective="dpo", data=data)
+            setup = setup_for(cfg, f"{d}/{run}", data)
+            row = {"run": run, "objective": "dpo",
+                   **lora.measure_run(cfg, None, device, setup=setup)}
+            result["rows"].append(row)
+            shown = ("run", "model", "tokens_per_s", "peak_gib", "estimated_peak_gib",
+                     "first_loss", "last_loss", "error_text")
+            print({k: row.get(k) for k in shown}, flush=True)
+            write_json(result, args.json_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
