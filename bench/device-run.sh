@@ -89,7 +89,7 @@ recheck)  # after the peak-memory fix: clean NVLink peaks; the planner's micro-b
     --label "sockets proxy, mb 8 x 2 accumulated (the planner's choice for 65,536 tokens/step)" \
     --json-out "$OUT/sockets-mb8x2.json" 2>&1 | tee -a "$OUT/recheck.log"
   ;;
-precision)  # one GPU: bf16 vs fp32 gradient accumulation over 16 micro-batches (issue 22)
+precision)  # one GPU: bf16 vs fp32 gradient accumulation over 16 micro-batches
   timeout 230 python3 -m bench.precision --model "$MODEL" --seq-len "$SEQ" --steps 3 \
     --json-out "$OUT/precision.json" 2>&1 | tee "$OUT/precision.log"
   ;;
@@ -103,8 +103,8 @@ trust)  # one GPU; each step's JSON is written even when a later one fails
     --label "world size 1: FSDP1 reference with and without no_sync()" \
     --json-out "$OUT/reference-no-sync-ws1.json" 2>&1 | tee -a "$OUT/trust.log"
   ;;
-fine-tune)  # one GPU: packed rows with a document mask vs causal (issue 19); loading the 1.5B
-  # weights on every rank vs rank 0 + broadcast (issue 20: time on the GPU, host memory of 4 ranks)
+fine-tune)  # one GPU: packed rows with a document mask vs causal ; loading the 1.5B
+  # weights on every rank vs rank 0 + broadcast(time on the GPU, host memory of 4 ranks)
   timeout 170 "${BENCH[@]}" --micro-batch-size 4 --variants ours,ours-docs4,ours-docs4-flex \
     --label "4 documents per row, document mask (sdpa dense vs flex block-sparse) vs causal" \
     --json-out "$OUT/docmask.json" 2>&1 | tee "$OUT/fine-tune.log"
@@ -123,7 +123,7 @@ pretrained)  # one GPU: the root's lazy init used to run on the meta parameters 
   cp /tmp/runs/pretrained-fp32-accum/hf_model/generation_config.json \
     "$OUT/pretrained-generation-config.json"
   ;;
-lora)  # one GPU: LoRA on FSDP2 (issue 30); the 7B row at 512 tokens: its bf16 base alone is 14 GiB
+lora)  # one GPU: LoRA on FSDP2 ; the 7B row at 512 tokens: its bf16 base alone is 14 GiB
   python3 -c "import peft; print('peft', peft.__version__)" 2>&1 | tee "$OUT/lora.log"
   timeout 340 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --seq-len "$SEQ" \
     --large-seq-len 512 --steps 12 --memory-budget-gib 22 \
@@ -134,7 +134,7 @@ dpo)  # one GPU: a DPO step, 7B LoRA under 22 GiB and 1.5B full (the 7B row at 5
     --large-seq-len 512 --steps 8 --memory-budget-gib 22 \
     --json-out "$OUT/dpo.json" 2>&1 | tee "$OUT/dpo.log"
   ;;
-preempt)  # one GPU: how long one rank's preemption checkpoint takes (issue 29)
+preempt)  # one GPU: how long one rank's preemption checkpoint takes
   timeout 200 python3 -m bench.emergency_save --model "$MODEL" --world 8 --repeats 2 \
     --storage-path /tmp/emergency-save-storage --json-out "$OUT/emergency-save.json" \
     2>&1 | tee "$OUT/preempt.log"

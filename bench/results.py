@@ -159,6 +159,14 @@ SECTIONS = {
                            "plan (mb x accum)", "trained params", "tokens/s", "peak GiB",
                            "estimate GiB", "error then", "error now", "loss", "command", "json"],
              lora_rows),
+    "dpo": ("A DPO step on one GPU (`python -m bench.dpo`)",
+            "The same engine and columns as the LoRA table, with --objective dpo: each row a "
+            "chosen and a rejected answer; the first loss is ln 2 (0.693) while the policy is "
+            "the reference.",
+            PROVENANCE + ["run", "model", "LoRA rank", "budget GiB", "sequences x seq",
+                          "plan (mb x accum)", "trained params", "tokens/s", "peak GiB",
+                          "estimate GiB", "error then", "error now", "loss", "command", "json"],
+            lora_rows),
     "checkpoint": ("Training throughput with checkpoints (`python -m bench.checkpoints`)",
                    "The real job; tokens/s with checkpoints counts everything since the first "
                    "step began, saves included.",
