@@ -103,8 +103,8 @@ trust)  # one GPU; each step's JSON is written even when a later one fails
     --label "world size 1: FSDP1 reference with and without no_sync()" \
     --json-out "$OUT/reference-no-sync-ws1.json" 2>&1 | tee -a "$OUT/trust.log"
   ;;
-fine-tune)  # one GPU: packed rows with a document mask vs causal ; loading the 1.5B
-  # weights on every rank vs rank 0 + broadcast(time on the GPU, host memory of 4 ranks)
+fine-tune)  # one GPU: packed rows with a document mask vs causal; loading the 1.5B
+  # weights on every rank vs rank 0 + broadcast (time on the GPU, host memory of 4 ranks)
   timeout 170 "${BENCH[@]}" --micro-batch-size 4 --variants ours,ours-docs4,ours-docs4-flex \
     --label "4 documents per row, document mask (sdpa dense vs flex block-sparse) vs causal" \
     --json-out "$OUT/docmask.json" 2>&1 | tee "$OUT/fine-tune.log"
