@@ -67,8 +67,12 @@ def resume_schedule(saved: dict, *, peak: float, warmup: int, total: int,
                      "(use a new --name to start a new schedule)")
     if total != schedule.total:
         extended = schedule.extended(total, at_step)
-        notes.append(f"--steps {total} differs from the schedule's {schedule.total} steps: "
-                     f"continuing from lr {schedule.lr(at_step):.3e} at step {at_step}, cosine "
-                     f"decay to {FINAL_FRACTION * schedule.peak:.3e} at step {total}, no re-warmup")
+        now, floor = schedule.lr(at_step), FINAL_FRACTION * schedule.peak
+        where = f"--steps {total} differs from the schedule's {schedule.total} steps: "
+        notes.append(where + (  # a finished decay has nowhere left to decay to
+            f"holding lr {floor:.3e} (the schedule's floor) to step {total}, no re-warmup"
+            if math.isclose(now, floor) else
+            f"continuing from lr {now:.3e} at step {at_step}, cosine decay to {floor:.3e} at "
+            f"step {total}, no re-warmup"))
         schedule = extended
     return schedule, notes

@@ -68,3 +68,15 @@ def test_a_checkpoint_state_from_an_older_job_is_refused_with_what_to_do(text):
 
     with pytest.raises(CheckpointError, match="older version of the job.*another --name"):
         RunState.from_json(text, "s3://b/runs/x/checkpoint-step0000004")
+
+
+def test_extending_a_finished_decay_says_it_holds_the_floor_not_a_decay_to_the_same_value():
+    """At its last step a run's lr is the floor already: "decay to 1.000e-04 from 1.000e-04" said
+    nothing; the note says the lr holds there, and a run stopped mid-decay still hears of one."""
+    saved = Schedule(peak=1e-3, warmup=2, total=10).to_dict()
+    schedule, notes = resume_schedule(saved, peak=1e-3, warmup=2, total=20, at_step=10)
+    assert schedule.lr(15) == pytest.approx(1e-4)
+    assert "holding lr 1.000e-04 (the schedule's floor) to step 20" in notes[0]
+    assert "decay" not in notes[0]
+    _, notes = resume_schedule(saved, peak=1e-3, warmup=2, total=20, at_step=6)
+    assert "cosine decay to 1.000e-04 at step 20" in notes[0]
