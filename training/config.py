@@ -183,17 +183,15 @@ class TrainConfig:
     lora_alpha: Annotated[float, Bounds(gt=0)] = documented(
         16.0, "LoRA scaling numerator: the adapters' update is scaled by alpha / rank")
     lora_dropout: Annotated[float, Bounds(ge=0, lt=1)] = documented(
-        0.0, "dropout on the adapters' input (each adapted layer keeps its own dropped copy and "
-        "mask of its input for backward: more activation memory)")
+        0.0, "dropout on the adapters' input (each adapted layer keeps a dropped copy: memory)")
     lora_target_modules: str = documented(
         LORA_TARGETS, "comma-separated names of the decoder layers' linear layers that get "
         "adapters (the default: every attention and MLP projection)")
     load_in_4bit: bool = documented(
         False, "QLoRA (a 4-bit base): refused with the reason; see docs/lora.md")
     harness_tasks: str | None = documented(
-        None, "after the export, score the base and the fine-tuned model with lm-evaluation-"
-        "harness on these comma-separated tasks: lm-eval task names or paths to task YAML files "
-        "or folders (docs/evaluation.md); needs --export")
+        None, "after the export, score the base and the tuned model with lm-evaluation-harness "
+        "on these comma-separated lm-eval task names, task YAML files or folders; needs --export")
     harness_limit: Annotated[int | None, Bounds(ge=1)] = documented(
         None, "examples per --harness-tasks task (lm-eval's --limit); default: every example")
     harness_fewshot: Annotated[int | None, Bounds(ge=0)] = documented(

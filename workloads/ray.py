@@ -93,16 +93,7 @@ class RayWorkloads(pulumi.ComponentResource):
         queue = _queue(name, cfg, kueue, base, ns) if cfg.queue and kueue is not None else None
         k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": SERVICE_ACCOUNT,
                                                            "namespace": namespace}, opts=in_ns)
-        if hf_token is not None:
-            k8s.core.v1.Secret(f"{name}-hf-token", metadata={"name": HF_TOKEN_SECRET,
-                                                             "namespace": namespace},
-                               string_data={"token": hf_token}, opts=in_ns)
-        secrets = []  # the pods' env reads it (no `optional`): it exists before the RayJob
-        if mlflow_password is not None:  # stack/tracking.py: set together with the username
-            secrets.append(k8s.core.v1.Secret(
-                f"{name}-mlflow", metadata={"name": MLFLOW_SECRET, "namespace": namespace},
-                string_data={"username": cfg.mlflow_tracking_username,
-                             "password": mlflow_password}, opts=in_ns))
+        secrets = _secrets(name, cfg, hf_token, mlflow_password, in_ns)
         code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": CODE_CONFIGMAP,
                                                                "namespace": namespace},
                                      data=bundle.data, opts=in_ns)
@@ -134,3 +125,20 @@ class RayWorkloads(pulumi.ComponentResource):
                     ignore_changes=["spec.suspend"],
                     replace_on_changes=["metadata.name", "spec"], delete_before_replace=True)))
         self.register_outputs({})
+
+
+def _secrets(name: str, cfg: StackConfig, hf_token: pulumi.Input[str] | None,
+             mlflow_password: pulumi.Input[str] | None,
+             opts: pulumi.ResourceOptions) -> list[k8s.core.v1.Secret]:
+    """The Hub token's Secret, and the MLflow credentials' one the pods' env reads (no
+    `optional`), which must exist before the RayJob: returned for its depends_on."""
+    if hf_token is not None:
+        k8s.core.v1.Secret(f"{name}-hf-token", metadata={"name": HF_TOKEN_SECRET,
+                                                         "namespace": cfg.namespace},
+                           string_data={"token": hf_token}, opts=opts)
+    if mlflow_password is None:  # stack/tracking.py: set together with the username
+        return []
+    return [k8s.core.v1.Secret(
+        f"{name}-mlflow", metadata={"name": MLFLOW_SECRET, "namespace": cfg.namespace},
+        string_data={"username": cfg.mlflow_tracking_username, "password": mlflow_password},
+        opts=opts)]

@@ -373,32 +373,3 @@ def test_tracking_credentials_reach_every_ray_pod_from_the_secret_only(schema, c
     plain = build_cluster_spec(stack(mlflowTrackingUri="https://mlflow.example.com"))
     assert not [e for e in plain["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
                 if e["name"].startswith("MLFLOW_TRACKING_")]
-
-
-def test_a_lora_job_installs_the_pinned_peft_and_is_a_run_of_its_own(code):
-    from stack.catalog import PEFT_CLIENT
-    from workloads.rayjob import run_name
-
-    raw, _ = raw_config(STACK_FILES[0])
-    training = json.loads(raw.get("training") or "{}")
-    full, lora = stack(), stack(training=json.dumps({**training, "loraRank": 8}))
-    assert lora.training.lora_rank == 8 and lora.training.model == full.training.model
-    env = yaml.safe_load(build_rayjob(lora, code, S3)["spec"]["runtimeEnvYAML"])
-    assert PEFT_CLIENT in env["pip"]
-    assert "pip" not in yaml.safe_load(build_rayjob(full, code, S3)["spec"]["runtimeEnvYAML"])
-    # Its checkpoints hold adapters: never resumed by (or from) a full fine-tune's run.
-    assert run_name(lora) != run_name(full)
-    assert PEFT_CLIENT in (REPO / "requirements-dev.txt").read_text().splitlines()
-
-
-def test_a_harness_job_installs_the_pinned_lm_eval(code):
-    from stack.catalog import LM_EVAL_CLIENT
-
-    raw, _ = raw_config(STACK_FILES[0])
-    training = json.loads(raw.get("training") or "{}")
-    scored = stack(training=json.dumps({**training, "export": True, "data": "s3://b/d/",
-                                        "harnessTasks": "gsm8k"}))
-    env = yaml.safe_load(build_rayjob(scored, code, S3)["spec"]["runtimeEnvYAML"])
-    assert LM_EVAL_CLIENT in env["pip"]
-    assert "pip" not in yaml.safe_load(build_rayjob(stack(), code, S3)["spec"]["runtimeEnvYAML"])
-    assert LM_EVAL_CLIENT in (REPO / "requirements-dev.txt").read_text().splitlines()
