@@ -41,9 +41,9 @@ def test_a_harness_job_installs_the_pinned_lm_eval(code):
 
     raw, _ = raw_config(STACK_FILES[0])
     training = json.loads(raw.get("training") or "{}")
-    scored = stack(training=json.dumps({**training, "export": True, "data": "s3://b/d/",
+    scored = stack(training=json.dumps({**training, "export": True, "data": "s3://my-bucket/d/",
                                         "harnessTasks": "gsm8k"}),
-                   dataBuckets=json.dumps(["s3://b/d/"]))
+                   dataBuckets=json.dumps(["s3://my-bucket/d/"]))
     env = yaml.safe_load(build_rayjob(scored, code, S3)["spec"]["runtimeEnvYAML"])
     assert LM_EVAL_CLIENT in env["pip"]
     assert "pip" not in yaml.safe_load(build_rayjob(stack(), code, S3)["spec"]["runtimeEnvYAML"])
