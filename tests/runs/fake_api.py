@@ -11,9 +11,9 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
-from tests.training.kube_fake import TOKEN, ts
+from tests.training.kube_fake import TOKEN, listed, status, ts
 
 T0 = 1_796_112_000.0  # 2026-12-01T08:00:00Z
 ROUTES = (
@@ -21,11 +21,6 @@ ROUTES = (
     (re.compile(r"^/api/v1/namespaces/([^/]+)/(pods)(?:/([^/]+))?$"), None),
     (re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)$"), "log"),
 )
-
-
-def _status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
 
 
 def submitter_pod(job: str, created: float) -> dict:
@@ -67,39 +62,35 @@ class FakeAPI:
 
     def _answer(self, method: str, url: str, headers, body: bytes) -> tuple[int, object]:
         if headers.get("Authorization") != f"Bearer {TOKEN}":
-            return 401, _status(401, "Unauthorized", "Unauthorized")
+            return 401, status(401, "Unauthorized", "Unauthorized")
         parsed = urlparse(url)
         self.requests.append((method, parsed.path))
         for pattern, kind in ROUTES:
             if (m := pattern.match(parsed.path)):
                 break
         else:
-            return 404, _status(404, "NotFound", "the server could not find the requested resource")
+            return 404, status(404, "NotFound", "the server could not find the requested resource")
         if kind == "log":
             name = m[2]
             if name not in self.logs:
-                return 404, _status(404, "NotFound", f'pods "{name}" not found')
+                return 404, status(404, "NotFound", f'pods "{name}" not found')
             return 200, self.logs[name]
         ns, resource, name = m.groups()
         objs = [o for o in self.world[resource] if o["metadata"].get("namespace") == ns]
         if method == "POST" and name is None:
             obj = json.loads(body)
             if any(o["metadata"]["name"] == obj["metadata"]["name"] for o in objs):
-                return 409, _status(409, "AlreadyExists",
+                return 409, status(409, "AlreadyExists",
                                     f'{resource}.ray.io "{obj["metadata"]["name"]}" already exists')
             obj["metadata"].update(namespace=ns, uid=f"uid-{len(self.world[resource])}",
                                    creationTimestamp=ts(T0 + len(self.world[resource])))
             self.world[resource].append(obj)
             return 201, obj
         if name is None:
-            selector = parse_qs(parsed.query).get("labelSelector", [""])[0]
-            wanted = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
-            items = [o for o in objs if all(o["metadata"].get("labels", {}).get(k) == v
-                                            for k, v in wanted.items())]
-            return 200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}
+            return 200, listed(objs, parsed.query)
         found = next((o for o in objs if o["metadata"]["name"] == name), None)
         if found is None:
-            return 404, _status(404, "NotFound", f'{resource}.ray.io "{name}" not found')
+            return 404, status(404, "NotFound", f'{resource}.ray.io "{name}" not found')
         if method == "DELETE":
             self.world[resource].remove(found)
             return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}

@@ -243,32 +243,28 @@ class FakeKube:
 
     def _answer(self, method: str, url: str, headers, body: bytes) -> tuple[int, dict]:
         if headers.get("Authorization") != f"Bearer {TOKEN}":
-            return 401, _status(401, "Unauthorized", "Unauthorized")
+            return 401, status(401, "Unauthorized", "Unauthorized")
         parsed = urlparse(url)
         attrs = _attributes(method, parsed.path)
         if attrs is None:
-            return 404, _status(404, "NotFound", "the server could not find the requested resource")
+            return 404, status(404, "NotFound", "the server could not find the requested resource")
         verb, group, resource, ns, name = attrs
         self.requests.append(attrs)
         if self.rbac is not None and not allowed(self.rbac, verb, group, resource, ns, name):
             where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
-            return 403, _status(403, "Forbidden", f'{resource} "{name or ""}" is forbidden: User '
+            return 403, status(403, "Forbidden", f'{resource} "{name or ""}" is forbidden: User '
                                 f'"{SA}" cannot {verb} resource "{resource}" in API group '
                                 f'"{group}"{where}')
         objs = [o for o in self.world.get(resource, [])
                 if ns is None or o["metadata"].get("namespace") == ns]
         if name is None:
-            selector = parse_qs(parsed.query).get("labelSelector", [""])[0]
-            wanted = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
-            items = [o for o in objs if all(o["metadata"].get("labels", {}).get(k) == v
-                                            for k, v in wanted.items())]
-            return 200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}
+            return 200, listed(objs, parsed.query)
         found = next((o for o in objs if o["metadata"]["name"] == name), None)
         if found is None:
-            return 404, _status(404, "NotFound", f'{resource} "{name}" not found')
+            return 404, status(404, "NotFound", f'{resource} "{name}" not found')
         if method == "PATCH":
             if headers.get("Content-Type") != "application/merge-patch+json":
-                return 415, _status(415, "UnsupportedMediaType", "the body of the request was "
+                return 415, status(415, "UnsupportedMediaType", "the body of the request was "
                                     "in an unknown format")
             _merge(found, json.loads(body))
         return 200, found
@@ -295,7 +291,17 @@ class FakeKube:
         return Handler
 
 
-def _status(code: int, reason: str, message: str) -> dict:
+def listed(objs: list[dict], query: str) -> dict:
+    """A List of the objects that match the query's labelSelector (equality terms only, as the
+    job's and the CLI's selectors are)."""
+    selector = parse_qs(query).get("labelSelector", [""])[0]
+    wanted = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
+    items = [o for o in objs if all(o["metadata"].get("labels", {}).get(k) == v
+                                    for k, v in wanted.items())]
+    return {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
+def status(code: int, reason: str, message: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}
 
