@@ -158,7 +158,7 @@ def test_a_finished_run_is_left_alone_and_says_so(tmp_path, capsys):
     summary.parent.mkdir(parents=True)
     summary.write_text(json.dumps({"steps": 4, "last_loss": 0.5, "export_path": "/x/hf_model"}))
     before = summary.read_bytes()
-    done = run(tmp_path, "--data", data, "--seq-len", "16", "--steps", "4")  # Ray never starts
+    done = run(tmp_path, "--data", data, "--seq-len", "32", "--steps", "4")  # Ray never starts
     assert (done.steps, done.last_loss, done.export_path) == (4, 0.5, "/x/hf_model")
     assert summary.read_bytes() == before
     assert "run 'qwen-fsdp' finished at step 4 of 4 already" in capsys.readouterr().out
