@@ -13,6 +13,7 @@ import yaml
 from runs import outputs, render, status
 from runs.errors import RunsError
 from runs.kube import Kube
+from workloads.rbac import run_rbac
 
 # Every run this tool submits carries it: `cancel --all` deletes these, never the stack's own.
 SUBMITTED_LABEL = {"app.kubernetes.io/managed-by": "eks-ray-train-runs"}
@@ -57,7 +58,9 @@ def submit(args: argparse.Namespace, out: outputs.StackOutputs) -> None:
     if args.dry_run:
         print(yaml.safe_dump(job, sort_keys=False), end="")
         return
-    Kube(out.kubeconfig, out.namespace).create(job)
+    kube = Kube(out.kubeconfig, out.namespace)
+    created = kube.create(job)
+    kube.grant(run_rbac(created))  # its head reads its own RayJob (cold start, scale-up watch)
     print(f"submitted {job['metadata']['name']}: `python -m runs list` shows it queued until "
           f"the cluster has room")
 

@@ -43,6 +43,7 @@ class Kube:
             raise RunsError(f"kubeconfig: cannot use it ({e})") from None
         api.configuration.retries = 0  # one attempt: an absent cluster fails at once
         self.custom, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        self.rbac = client.RbacAuthorizationV1Api(api)
 
     def _call(self, what: str, fn, *args, **kwargs):
         try:
@@ -60,6 +61,14 @@ class Kube:
         name = job["metadata"]["name"]
         return self._call(f"run {name}", self.custom.create_namespaced_custom_object,
                           GROUP, VERSION, self.namespace, PLURAL, job)
+
+    def grant(self, objs: list[dict]) -> None:
+        """Create a run's Role and RoleBinding (workloads.rbac.run_rbac)."""
+        create = {"Role": self.rbac.create_namespaced_role,
+                  "RoleBinding": self.rbac.create_namespaced_role_binding}
+        for obj in objs:
+            self._call(f"{obj['kind']} {obj['metadata']['name']}", create[obj["kind"]],
+                       self.namespace, obj)
 
     def rayjobs(self) -> list[dict]:
         return self._call("list runs", self.custom.list_namespaced_custom_object,

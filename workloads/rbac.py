@@ -14,6 +14,11 @@ event lists are namespace-wide: the stack's Ray namespace holds only its Ray obj
 The subject is `ray-train`, the service account of every Ray pod, GPU workers included: Pod
 Identity maps that one account to the bucket role (infra/storage.py), and the head needs the
 bucket too. A head-only account would need a second association.
+
+A run `python -m runs` submits is not known when the stack is deployed: `run_rbac` gives its head
+the same access to its own RayJob, in a Role owned by that RayJob (the garbage collector deletes
+it with the run: Kubernetes docs, "Owners and Dependents"); pods and events it reads through the
+stack's Role above, which is namespace-wide.
 """
 
 from __future__ import annotations
@@ -44,13 +49,18 @@ def _binding(kind: str, name: str, namespace: str | None, subject_namespace: str
                           "namespace": subject_namespace}]}
 
 
+def _rayjob_rule(rayjob_name: str, end_on_scaleup_failure: bool) -> dict:
+    """`get` its own RayJob (the creation time) and, to end a run that cannot start, `patch`."""
+    verbs = ["get", "patch"] if end_on_scaleup_failure else ["get"]
+    return _rule("ray.io", ["rayjobs"], verbs, [rayjob_name])
+
+
 def head_rbac(namespace: str, rayjob_name: str, end_on_scaleup_failure: bool) -> list[dict]:
     """Roles and bindings for the service account of the Ray pods in `namespace` (the stack's,
     StackConfig.namespace). `rayjob_name` may be a Pulumi Output (the name hashes the storage
     URI): the builder only places it."""
-    verbs = ["get", "patch"] if end_on_scaleup_failure else ["get"]
     rules = [_rule("", ["pods"], ["list"]), _rule("", ["events"], ["list"]),
-             _rule("ray.io", ["rayjobs"], verbs, [rayjob_name])]
+             _rayjob_rule(rayjob_name, end_on_scaleup_failure)]
     status_role, nodes_role = f"{namespace}-head-autoscaler-status", f"{namespace}-head-nodes"
     return [
         {"apiVersion": RBAC, "kind": "Role", "metadata": {"name": ROLE, "namespace": namespace},
@@ -64,3 +74,22 @@ def head_rbac(namespace: str, rayjob_name: str, end_on_scaleup_failure: bool) ->
          "rules": [_rule("", ["nodes"], ["get"])]},
         _binding("ClusterRoleBinding", nodes_role, None, namespace),
     ]
+
+
+def run_rbac(job: dict) -> list[dict]:
+    """The Role and RoleBinding that let a submitted run's head read (and, where its scale-up
+    watch may end the run, patch) its own RayJob `job`, as created (with its uid): both owned by
+    the RayJob, so they go when it does. The watch's flag is read from the head's manifest, the
+    one place the stack's endOnScaleUpFailure reaches."""
+    meta = job["metadata"]
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
+    ends = any("--end-on-scaleup-failure" in c.get("command", []) for c in head)
+    owners = [{"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
+               "uid": meta["uid"], "blockOwnerDeletion": False}]
+    name = f"{meta['name']}-head"
+    role = {"apiVersion": RBAC, "kind": "Role", "metadata": {"name": name},
+            "rules": [_rayjob_rule(meta["name"], ends)]}
+    binding = _binding("RoleBinding", name, None, meta["namespace"])
+    for obj in (role, binding):
+        obj["metadata"].update(namespace=meta["namespace"], ownerReferences=owners)
+    return [role, binding]

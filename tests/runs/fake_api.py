@@ -1,5 +1,5 @@
 """A Kubernetes API server on loopback for `python -m runs` and its `kubernetes` client: RayJobs
-(ray.io/v1) created, read, listed and deleted, pods listed by label selector and their logs. It
+(ray.io/v1) created, read, listed and deleted, a run's Role and RoleBinding created, pods listed by label selector and their logs. It
 answers like the API server where the client depends on it: bearer-token authentication (401),
 201 with the stored object (uid, creationTimestamp) on create, 409 AlreadyExists, 404 Status
 objects, equality label selectors, text/plain pod logs. Every request is recorded."""
@@ -19,6 +19,8 @@ T0 = 1_796_112_000.0  # 2026-12-01T08:00:00Z
 ROUTES = (
     (re.compile(r"^/apis/ray\.io/v1/namespaces/([^/]+)/(rayjobs)(?:/([^/]+))?$"), None),
     (re.compile(r"^/api/v1/namespaces/([^/]+)/(pods)(?:/([^/]+))?$"), None),
+    (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/namespaces/([^/]+)/"
+                r"(roles|rolebindings)(?:/([^/]+))?$"), None),
     (re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)$"), "log"),
 )
 
@@ -36,7 +38,8 @@ def submitter_pod(job: str, created: float) -> dict:
 class FakeAPI:
     def __init__(self, rayjobs: list[dict] | None = None, pods: list[dict] | None = None,
                  logs: dict[str, str] | None = None):
-        self.world = {"rayjobs": copy.deepcopy(rayjobs or []), "pods": copy.deepcopy(pods or [])}
+        self.world = {"rayjobs": copy.deepcopy(rayjobs or []), "pods": copy.deepcopy(pods or []),
+                      "roles": [], "rolebindings": []}
         self.logs = dict(logs or {})
         self.requests: list[tuple[str, str]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())

@@ -113,3 +113,27 @@ def test_outputs_of_a_stack_deployed_before_runs_context_are_refused(tmp_path, c
                                 "rayNamespace": "ray"}))
     assert main(["submit", "--outputs", str(path), "--dry-run"]) == 2
     assert "no output runsContext; run `pulumi up`" in capsys.readouterr().err
+
+
+def test_a_submitted_runs_head_may_read_its_own_rayjob_through_a_role_the_run_owns(
+        outputs, capsys, api):
+    """The stack's Role names only the stack's own RayJob: without a Role of the run's own its
+    head's cold-start timeline and scale-up watch are refused (403) on their first read."""
+    from tests.training.kube_fake import allowed
+    from workloads.rbac import head_rbac
+
+    assert main(["submit", "--outputs", str(outputs), "--set", "steps=50"]) == 0
+    job = api.world["rayjobs"][0]
+    name, ns, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"]["uid"]
+    stacks = head_rbac(ns, "ray-train-dev-f44c3b4189", True)
+    assert not allowed(stacks, "get", "ray.io", "rayjobs", ns, name)
+    granted = [*api.world["roles"], *api.world["rolebindings"]]
+    assert {o["kind"] for o in granted} == {"Role", "RoleBinding"}
+    for obj in granted:  # deleted with the run by the garbage collector
+        assert [(r["kind"], r["name"], r["uid"]) for r in obj["metadata"]["ownerReferences"]] \
+            == [("RayJob", name, uid)]
+    assert allowed([*stacks, *granted], "get", "ray.io", "rayjobs", ns, name)
+    assert not allowed([*stacks, *granted], "get", "ray.io", "rayjobs", ns, "another-run")
+    ends = any("--end-on-scaleup-failure" in c.get("command", []) for c in job["spec"][
+        "rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"])
+    assert allowed([*stacks, *granted], "patch", "ray.io", "rayjobs", ns, name) == ends
