@@ -175,14 +175,13 @@ class Uncovered:
 
 
 def uncovered(resource_types: set[str], invoke_tokens: set[str]) -> Uncovered:
-    """The used AWS resource types / invoke tokens missing from the table (components expanded)."""
+    """The used resource types / invoke tokens the table does not cover: an AWS type without
+    actions, or a type of another package that is neither IAM-free nor a listed component."""
     children = {c for t in resource_types for c in COMPONENT_CHILDREN.get(t, ())}
-    resources = {t for t in resource_types | children if ":" in t and "/" in t.split(":")[1]
-                 or t.startswith("aws:")} - set(INVOKE_ACTIONS)
-    resources = {t for t in resources if not t.startswith(NO_IAM_PREFIXES)}
-    invokes = {t for t in invoke_tokens | (children & set(INVOKE_ACTIONS))}
-    return Uncovered(tuple(sorted(resources - set(RESOURCE_ACTIONS))),
-                     tuple(sorted(invokes - set(INVOKE_ACTIONS))))
+    types = (resource_types | children) - set(INVOKE_ACTIONS) - set(COMPONENT_CHILDREN)
+    missing = {t for t in types if not t.startswith(NO_IAM_PREFIXES)} - set(RESOURCE_ACTIONS)
+    invokes = invoke_tokens | (children & set(INVOKE_ACTIONS))
+    return Uncovered(tuple(sorted(missing)), tuple(sorted(invokes - set(INVOKE_ACTIONS))))
 
 
 def policy() -> dict:
