@@ -32,6 +32,12 @@ def _runs():
         yield f"{stack_name(path)}-update", run_program(
             path, mocks=RecordingMocks(first.region, prior=first))
     yield "existing-cluster", run_program(DEV, {"existingClusterName": "shared-gpu"})
+    for kind in ("role", "user"):  # an admin entry: IAM's own spelling of the principal
+        admin = {"adminPrincipalArn": f"arn:aws:iam::123456789012:{kind}/platform-admins"}
+        first = run_program(DEV, admin)
+        yield f"admin-{kind}", first
+        yield f"admin-{kind}-update", run_program(  # the cluster exists: its entries are read
+            DEV, admin, mocks=RecordingMocks(first.region, prior=first))
     yield "data-buckets", run_program(DEV, {"dataBuckets": json.dumps(
         ["s3://corpus/chat/"])})
 
@@ -48,6 +54,16 @@ def test_every_resource_type_and_invoke_the_program_uses_is_covered(used):
         assert not missing.invokes, f"{name}: no IAM actions for {missing.invokes}"
     all_types = set().union(*(t for t, _ in used.values()))
     assert {"aws:ec2/vpc:Vpc", "eks:index:Cluster", "aws:iam/role:Role"} <= all_types
+
+
+def test_every_table_entry_is_used(used):
+    """Least privilege: an entry no run needs (a resource the program stopped declaring) is a
+    grant nobody uses; remote components' children count as used."""
+    types = set().union(*(t for t, _ in used.values()))
+    invokes = set().union(*(i for _, i in used.values()))
+    children = {c for t in types for c in deployer_policy.COMPONENT_CHILDREN.get(t, ())}
+    assert set(deployer_policy.RESOURCE_ACTIONS) - types - children == set()
+    assert set(deployer_policy.INVOKE_ACTIONS) - invokes - children == set()
 
 
 def test_a_new_resource_type_or_invoke_is_named():
