@@ -143,6 +143,7 @@ INVOKE_ACTIONS: dict[str, tuple[str, ...]] = {
     "aws:eks/getNodeGroup:getNodeGroup": ("eks:DescribeNodegroup",),
     "aws:eks/getNodeGroups:getNodeGroups": ("eks:ListNodegroups",),
     "aws:eks/getAddon:getAddon": ("eks:DescribeAddon",),
+    "aws:eks/getAddonVersion:getAddonVersion": ("eks:DescribeAddonVersions",),
     "aws:eks/getAccessEntry:getAccessEntry": ("eks:DescribeAccessEntry",),
     "aws:iam/getRole:getRole": ("iam:GetRole",),
     "aws:iam/getUser:getUser": ("iam:GetUser",),
@@ -159,7 +160,8 @@ COMPONENT_CHILDREN: dict[str, tuple[str, ...]] = {
         "aws:ec2/securityGroupRule:SecurityGroupRule", "aws:eks/addon:Addon",
         "aws:eks/accessEntry:AccessEntry",
         "aws:eks/accessPolicyAssociation:AccessPolicyAssociation",
-        "aws:index/getPartition:getPartition", "aws:index/getRegion:getRegion"),
+        "aws:index/getPartition:getPartition", "aws:index/getRegion:getRegion",
+        "aws:eks/getAddonVersion:getAddonVersion"),  # the VPC CNI's version (cni-addon.ts)
 }
 
 # Types that are not AWS API calls: the engine's own, Kubernetes objects (RBAC of the cluster,
