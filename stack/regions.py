@@ -98,8 +98,9 @@ def target(instance_type: str, nodes: int, capacity: str, region: str | None = N
     """A Target whose type and capacity the catalog knows; RegionsError naming the closest."""
     if instance_type not in catalog.INSTANCES:
         known = list(catalog.INSTANCES)
-        raise RegionsError(f"gpuInstanceType: unknown {instance_type!r}{closest(instance_type, known)}; "
-                           f"stack/catalog.py knows {', '.join(known)}")
+        raise RegionsError(f"gpuInstanceType: unknown {instance_type!r}"
+                           f"{closest(instance_type, known)}; stack/catalog.py knows "
+                           f"{', '.join(known)}")
     if capacity not in catalog.CAPACITY_TYPES:
         known = list(catalog.CAPACITY_TYPES)
         raise RegionsError(f"gpuCapacityType: unknown {capacity!r}{closest(capacity, known)}; "
@@ -133,7 +134,8 @@ def region_offer(client: Client, region: str, instance_type: str) -> RegionOffer
         return None
     quotas = client("service-quotas", region)
     price = catalog.PRICES_USD_PER_HOUR.get(region, {}).get(instance_type)
-    return RegionOffer(region, zones, quota_value(quotas, catalog.ON_DEMAND.vcpu_quota(instance_type)),
+    return RegionOffer(region, zones,
+                       quota_value(quotas, catalog.ON_DEMAND.vcpu_quota(instance_type)),
                        quota_value(quotas, catalog.SPOT.vcpu_quota(instance_type)), price)
 
 
@@ -208,11 +210,13 @@ def boto3_client(service: str, region: str) -> Any:
 
 
 def main(argv: list[str] | None = None, client: Client = boto3_client) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stack.regions", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stack", help="read gpuInstanceType, gpuNodeCount, gpuCapacityType from Pulumi.<stack>.yaml")
+    parser = argparse.ArgumentParser(prog="python -m stack.regions",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", help="read gpuInstanceType, gpuNodeCount and "
+                                        "gpuCapacityType from Pulumi.<stack>.yaml")
     parser.add_argument("--instance-type", help="instead of the stack's gpuInstanceType")
     parser.add_argument("--nodes", type=int, help="instead of the stack's gpuNodeCount (default 1)")
-    parser.add_argument("--regions", help="comma-separated Regions to read instead of all enabled ones")
+    parser.add_argument("--regions", help="comma-separated Regions instead of all enabled ones")
     args = parser.parse_args(argv)
     try:
         if args.stack:
