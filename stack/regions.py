@@ -199,7 +199,8 @@ def _denied_or_raise(error: Exception) -> str:
         return f"no AWS credentials ({error}); set AWS_PROFILE or run `aws configure`"
     if isinstance(error, ClientError) and error.response["Error"]["Code"] in DENIED:
         return (f"access denied: {error}; the deployer needs ec2:DescribeRegions, "
-                f"ec2:DescribeInstanceTypeOfferings and servicequotas:GetServiceQuota")
+                f"ec2:DescribeInstanceTypeOfferings, servicequotas:GetServiceQuota and "
+                f"servicequotas:GetAWSDefaultServiceQuota")
     raise error
 
 

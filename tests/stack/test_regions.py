@@ -155,7 +155,8 @@ def test_no_credentials_is_one_line_and_exit_2(capsys, monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--instance-type", "g6.12xlarg"], "gpuInstanceType: unknown 'g6.12xlarg'; did you mean g6.12xlarge?"),
+    (["--instance-type", "g6.12xlarg"],
+     "gpuInstanceType: unknown 'g6.12xlarg'; did you mean g6.12xlarge?"),
     (["--stack", "nope"], "no stack file Pulumi.nope.yaml (have Pulumi.dev.yaml"),
     ([], "give --stack NAME or --instance-type TYPE"),
 ])
