@@ -9,7 +9,7 @@ from pathlib import Path
 from training.errors import InputError
 
 CONFIGMAP_LIMIT_BYTES = 1024 * 1024  # Kubernetes rejects larger ConfigMaps
-INCLUDE_SUFFIXES = (".py", ".jsonl", ".txt", ".json")
+INCLUDE_SUFFIXES = (".py", ".jsonl", ".txt", ".json", ".yaml")  # .yaml: lm-eval task files
 PACKAGE = "training"
 
 
