@@ -17,11 +17,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import tempfile
+from pathlib import Path
 
 from bench import lora
-from bench.command import refuse, start
-from bench.single import environment, one_rank, write_json
+from bench.command import start
 
 KIND = "dpo"
 RUNS = ("lora-large", "full-budget", "full")
@@ -69,24 +68,16 @@ def build_parser():
 
 def main(argv: list[str] | None = None) -> int:
     args, argv = start(build_parser(), argv)
-    runs = [r for r in args.runs.split(",") if r]
-    if not runs or not set(runs) <= set(RUNS):
-        return refuse(f"--runs takes {', '.join(RUNS)}")
-    with one_rank() as device, tempfile.TemporaryDirectory(prefix="bench-dpo-") as d:
-        result = {"kind": KIND, "env": environment(device, argv, "bench.dpo"), "rows": [],
-                  "settings": {k: v for k, v in vars(args).items() if k != "json_out"}}
-        data = pairs_file(f"{d}/pairs.jsonl")
-        for run in runs:
-            cfg = dataclasses.replace(lora.run_config(args, run), objective="dpo", data=data)
-            setup = setup_for(cfg, f"{d}/{run}", data)
-            row = {"run": run, "objective": "dpo",
-                   **lora.measure_run(cfg, None, device, setup=setup)}
-            result["rows"].append(row)
-            shown = ("run", "model", "tokens_per_s", "peak_gib", "estimated_peak_gib",
-                     "first_loss", "last_loss", "error_text")
-            print({k: row.get(k) for k in shown}, flush=True)
-            write_json(result, args.json_out)
-    return 0
+
+    def measure(run: str, d: str, device) -> dict:
+        data = f"{d}/pairs.jsonl"
+        if not Path(data).exists():  # one pairs file for every run
+            pairs_file(data)
+        cfg = dataclasses.replace(lora.run_config(args, run), objective="dpo", data=data)
+        setup = setup_for(cfg, f"{d}/{run}", data)
+        return {"objective": "dpo", **lora.measure_run(cfg, None, device, setup=setup)}
+
+    return lora.run_all(args, argv, KIND, RUNS, measure)
 
 
 if __name__ == "__main__":

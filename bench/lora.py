@@ -139,24 +139,38 @@ def measure_run(cfg: TrainConfig, samples, device, setup=None) -> dict:
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    args, argv = start(build_parser(), argv)
+def run_all(args: argparse.Namespace, argv: list[str], kind: str, known: tuple[str, ...],
+            measure) -> int:
+    """Each of --runs on one rank, a row each, the JSON rewritten after every run (a later OOM
+    keeps the earlier rows): bench.lora's loop, and bench.dpo's. `measure(run, folder, device)`
+    -> the row's measurements; `folder`: a temporary directory for the run's data."""
     runs = [r for r in args.runs.split(",") if r]
-    if not runs or not set(runs) <= set(RUNS):
-        return refuse(f"--runs takes {', '.join(RUNS)}")
-    with one_rank() as device, tempfile.TemporaryDirectory(prefix="bench-lora-") as d:
-        result = {"kind": KIND, "env": environment(device, argv, "bench.lora"), "rows": [],
+    if not runs or not set(runs) <= set(known):
+        return refuse(f"--runs takes {', '.join(known)}")
+    with one_rank() as device, tempfile.TemporaryDirectory(prefix=f"bench-{kind}-") as d:
+        result = {"kind": kind, "env": environment(device, argv, f"bench.{kind}"), "rows": [],
                   "settings": {k: v for k, v in vars(args).items() if k != "json_out"}}
-        data = {seq: _samples(seq, f"{d}/seq{seq}") for seq in {args.seq_len, args.large_seq_len}}
         for run in runs:
-            cfg = run_config(args, run)
-            row = {"run": run, **measure_run(cfg, data[cfg.seq_len], device)}
+            row = {"run": run, **measure(run, d, device)}
             result["rows"].append(row)
             shown = ("run", "model", "tokens_per_s", "peak_gib", "estimated_peak_gib",
                      "first_loss", "last_loss", "error_text")
             print({k: row.get(k) for k in shown}, flush=True)
             write_json(result, args.json_out)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, argv = start(build_parser(), argv)
+    data: dict[int, object] = {}  # the shipped set tokenized once per sequence length
+
+    def measure(run: str, d: str, device) -> dict:
+        cfg = run_config(args, run)
+        if cfg.seq_len not in data:
+            data[cfg.seq_len] = _samples(cfg.seq_len, f"{d}/seq{cfg.seq_len}")
+        return measure_run(cfg, data[cfg.seq_len], device)
+
+    return run_all(args, argv, KIND, RUNS, measure)
 
 
 if __name__ == "__main__":
