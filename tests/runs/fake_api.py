@@ -10,10 +10,10 @@ import copy
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import urlparse
 
-from tests.training.kube_fake import TOKEN, listed, status, ts
+from tests.training.kube_fake import TOKEN, handler, listed, status, ts
 
 T0 = 1_796_112_000.0  # 2026-12-01T08:00:00Z
 ROUTES = (
@@ -100,23 +100,4 @@ class FakeAPI:
         return 200, found
 
     def _handler(self):
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                code, payload = fake._answer(self.command, self.path, self.headers, body)
-                text = isinstance(payload, str)
-                data = (payload if text else json.dumps(payload)).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain" if text else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = _serve
-
-            def log_message(self, *args):
-                pass
-
-        return Handler
+        return handler(self._answer, ("GET", "POST", "DELETE"))

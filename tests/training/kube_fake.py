@@ -270,25 +270,31 @@ class FakeKube:
         return 200, found
 
     def _handler(self):
-        fake = self
+        return handler(self._answer, ("GET", "PATCH"))
 
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                code, payload = fake._answer(self.command, self.path, self.headers, body)
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
-            do_GET = do_PATCH = _serve
+def handler(answer, verbs: tuple[str, ...]) -> type[BaseHTTPRequestHandler]:
+    """The HTTP side of a fake API server: `answer(method, path, headers, body)` -> (status,
+    payload); a str payload goes out as text/plain (pod logs), anything else as JSON."""
 
-            def log_message(self, *args):
-                pass
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            code, payload = answer(self.command, self.path, self.headers, body)
+            text = isinstance(payload, str)
+            data = (payload if text else json.dumps(payload)).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain" if text else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
-        return Handler
+        def log_message(self, *args):
+            pass
+
+    for verb in verbs:
+        setattr(Handler, f"do_{verb}", Handler._serve)
+    return Handler
 
 
 def listed(objs: list[dict], query: str) -> dict:
