@@ -127,6 +127,10 @@ def lora_rows(result: dict, name: str) -> list[list[str]]:
 
 
 PROVENANCE = ["date (UTC)", "GPU x world", "torch / NCCL"]
+# The job's engine on one GPU under a budget (bench.lora, bench.dpo): one row per run.
+ENGINE_COLUMNS = PROVENANCE + ["run", "model", "LoRA rank", "budget GiB", "sequences x seq",
+                               "plan (mb x accum)", "trained params", "tokens/s", "peak GiB",
+                               "estimate GiB", "error then", "error now", "loss", "command", "json"]
 SECTIONS = {
     "throughput": ("Step throughput (`python -m bench`)",
            "MFU is against the bf16 matmul rate measured in the same run. `ours` is the training "
@@ -155,18 +159,12 @@ SECTIONS = {
              "instruction set (bytes tokenizer), random-init built-in shapes. Peak and estimate "
              "as in the calibration table (error allowed -10% .. +15%); loss: first step -> "
              "mean of the last three.",
-             PROVENANCE + ["run", "model", "LoRA rank", "budget GiB", "sequences x seq",
-                           "plan (mb x accum)", "trained params", "tokens/s", "peak GiB",
-                           "estimate GiB", "error then", "error now", "loss", "command", "json"],
-             lora_rows),
+             ENGINE_COLUMNS, lora_rows),
     "dpo": ("A DPO step on one GPU (`python -m bench.dpo`)",
             "The same engine and columns as the LoRA table, with --objective dpo: each row a "
             "chosen and a rejected answer; the first loss is ln 2 (0.693) while the policy is "
             "the reference.",
-            PROVENANCE + ["run", "model", "LoRA rank", "budget GiB", "sequences x seq",
-                          "plan (mb x accum)", "trained params", "tokens/s", "peak GiB",
-                          "estimate GiB", "error then", "error now", "loss", "command", "json"],
-            lora_rows),
+            ENGINE_COLUMNS, lora_rows),
     "checkpoint": ("Training throughput with checkpoints (`python -m bench.checkpoints`)",
                    "The real job; tokens/s with checkpoints counts everything since the first "
                    "step began, saves included.",
