@@ -147,7 +147,7 @@ def node_groups(cfg: StackConfig) -> tuple[NodeGroupSpec, ...]:
     Auto repair: the GPU group's per gpuNodeAutoRepair; the system group's always. Its node hosts
     cluster-autoscaler, the KubeRay operator, CoreDNS and the Ray head: EKS replaces it only after
     30 minutes of a failed condition (kubelet Ready, the agent's kernel, network or runtime
-    checks), long after Kubernetes evicted its pods from a NotReady node (5 minutes), and without
+    checks; a NotReady node's pods Kubernetes evicts after 5 minutes), and without
     cluster-autoscaler an idle GPU node would bill until someone noticed. A replacement that does
     come mid-run ends that run's head; the run resumes from its checkpoint when resubmitted."""
     system = NodeGroupSpec(
