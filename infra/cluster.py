@@ -14,6 +14,7 @@ from infra.kubeconfig import kubeconfigs
 from infra.lookups import live_scaling
 from infra.network import Network
 from infra.node_groups import NodeGroupSpec, launch_template_args, node_groups
+from infra.node_health import MONITORING_AGENT_ADDON, monitoring_agent_configuration, repair_config
 from infra.policies import NODE_POLICY_ARNS, assume_role
 from stack import catalog
 from stack.config import StackConfig
@@ -61,9 +62,11 @@ class Cluster(pulumi.ComponentResource):
                                                       ignore_changes.get(g.key, ()))
                             for g in groups}
         # CoreDNS needs somewhere to run: with no default node group, wait for the untainted
-        # (system) nodes.
-        self._addon("coredns", release.coredns,
-                    depends_on=[self.node_groups[g.key] for g in groups if not g.taints])
+        # (system) nodes. The node monitoring agent (infra/node_health.py) runs on every node.
+        system_nodes = [self.node_groups[g.key] for g in groups if not g.taints]
+        self._addon("coredns", release.coredns, depends_on=system_nodes)
+        self._addon(MONITORING_AGENT_ADDON, release.node_monitoring_agent,
+                    monitoring_agent_configuration(), depends_on=system_nodes)
         self.kubeconfig, self.user_kubeconfig = kubeconfigs(
             self.info.name, self.info.endpoint, self.info.certificate_authority.data,
             cfg.region, profile)
@@ -72,12 +75,15 @@ class Cluster(pulumi.ComponentResource):
     def _child(self, **kwargs) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, **kwargs)
 
-    def _addon(self, addon: str, version: str, **kwargs) -> aws.eks.Addon:
+    def _addon(self, addon: str, version: str, configuration: dict | None = None,
+               **kwargs) -> aws.eks.Addon:
         """EKS bootstraps a self-managed CoreDNS; creating the managed add-on over it fails with
         ConfigurationConflict unless EKS may overwrite it (pulumi-eks sets OVERWRITE on its own
-        add-ons for this reason, cluster/cluster.ts)."""
+        add-ons for this reason, cluster/cluster.ts). `configuration`: its configurationValues."""
         return aws.eks.Addon(f"{self.name}-{addon}", cluster_name=self.cluster_name,
                              addon_name=addon, addon_version=version,
+                             configuration_values=json.dumps(configuration) if configuration
+                             else None,
                              resolve_conflicts_on_create="OVERWRITE",
                              resolve_conflicts_on_update="OVERWRITE", tags=dict(self.cfg.tags),
                              opts=self._child(**kwargs))
@@ -135,6 +141,7 @@ class Cluster(pulumi.ComponentResource):
             scaling_config=group.scaling(),
             subnet_ids=[s.id for s in network.private_subnets[:group.zones]],
             labels=dict(group.labels), taints=list(group.taints) or None,
+            node_repair_config=repair_config(group.auto_repair),
             launch_template=_template_ref(template),
             tags={**cfg.tags, **group.autoscaler_tags()},
             opts=self._child(depends_on=policies, delete_before_replace=True,

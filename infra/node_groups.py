@@ -62,6 +62,8 @@ class NodeGroupSpec:
     # without one, EKS's default (On-Demand). A change replaces the group (capacity_type is
     # ForceNew in terraform-provider-aws internal/service/eks/node_group.go).
     capacity: GpuCapacity | None = None
+    # EKS node auto repair (infra/node_health.py repair_config): reboot or replace a sick node.
+    auto_repair: bool = False
 
     def name(self, cluster: str) -> str:
         return f"{cluster}-{self.key}"
@@ -140,18 +142,26 @@ def node_groups(cfg: StackConfig) -> tuple[NodeGroupSpec, ...]:
     GPU group (the run's workers: tainted, one zone, scaled from zero by cluster-autoscaler up to
     `gpuNodeCount`; on-demand or, with gpuCapacityType spot, Spot Instances: the system group,
     where the Ray head runs, stays on-demand). GPU nodes count against a vCPU quota only when a
-    run is deployed and they do not launch into a reservation (infra/quota.py)."""
+    run is deployed and they do not launch into a reservation (infra/quota.py).
+
+    Auto repair: the GPU group's per gpuNodeAutoRepair; the system group's always. Its node hosts
+    cluster-autoscaler, the KubeRay operator, CoreDNS and the Ray head: EKS replaces it only after
+    30 minutes of a failed condition (kubelet Ready, the agent's kernel, network or runtime
+    checks; a NotReady node's pods Kubernetes evicts after 5 minutes), and without
+    cluster-autoscaler an idle GPU node would bill until someone noticed. A replacement that does
+    come mid-run ends that run's head; the run resumes from its checkpoint when resubmitted."""
     system = NodeGroupSpec(
         key="system", count_key="systemNodeCount", instance_type=cfg.system_instance_type,
         facts=cfg.system, nodes=cfg.system_node_count, ami_type="AL2023_x86_64_STANDARD",
-        labels=SYSTEM_LABELS, taints=(), root=SYSTEM_ROOT, zones=2, autoscaled=False)
+        labels=SYSTEM_LABELS, taints=(), root=SYSTEM_ROOT, zones=2, autoscaled=False,
+        auto_repair=True)
     gpu = NodeGroupSpec(
         key="gpu", count_key="gpuNodeCount", instance_type=cfg.gpu_instance_type, facts=cfg.gpu,
         nodes=cfg.gpu_node_count, ami_type="AL2023_x86_64_NVIDIA",
         labels=gpu_node_labels(cfg.gpu.accelerator), taints=(GPU_TAINT,),
         root=gpu_root(cfg.root_volume_gib), zones=1, autoscaled=True, efa=True,
         counts_vcpu_quota=bool(cfg.run_job and cfg.gpu_node_count and not cfg.reserved),
-        reservation=cfg.reserved, capacity=cfg.gpu_capacity)
+        reservation=cfg.reserved, capacity=cfg.gpu_capacity, auto_repair=cfg.gpu_node_auto_repair)
     return system, gpu
 
 

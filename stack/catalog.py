@@ -206,20 +206,30 @@ class KubernetesRelease:
     standard_support_end: date
     coredns: str
     pod_identity_agent: str
+    node_monitoring_agent: str
     cluster_autoscaler: str
 
 
 # Standard-support ends: EKS user guide, kubernetes-versions-standard (1.34: 2026-12-02;
 # 1.35: 2027-03-27). CoreDNS: the user guide's managing-coredns version table (v1.13.2-eksbuild.4
 # for 1.33-1.35). Pod Identity agent: the version EKS resolved on a 1.36 cluster (its versions are
-# not per Kubernetes minor). cluster-autoscaler: the newest patch tag of each minor in
+# not per Kubernetes minor). Node monitoring agent: the build of aws/eks-node-monitoring-agent
+# v1.7.0 (2026-08-04) that its chart installs, image v1.7.0-eksbuild.1
+# (charts/eks-node-monitoring-agent/values.yaml nodeAgent.image.tag), for both minors: its builds
+# are not per Kubernetes minor either (the user guide's node-health-nma lists them per cluster
+# version with describe-addon-versions). cluster-autoscaler: the newest patch tag of each minor in
 # kubernetes/autoscaler (cluster-autoscaler-1.34.5, cluster-autoscaler-1.35.2).
-# `aws eks describe-addon-versions --kubernetes-version 1.35 --addon-name coredns` checks a pin.
+# `aws eks describe-addon-versions --kubernetes-version 1.35 --addon-name coredns` checks a pin
+# (`--addon-name eks-node-monitoring-agent` the monitoring agent's).
 KUBERNETES_RELEASES: dict[str, KubernetesRelease] = {
     "1.34": KubernetesRelease(date(2026, 12, 2), coredns="v1.13.2-eksbuild.4",
-                              pod_identity_agent="v1.3.10-eksbuild.3", cluster_autoscaler="v1.34.5"),
+                              pod_identity_agent="v1.3.10-eksbuild.3",
+                              node_monitoring_agent="v1.7.0-eksbuild.1",
+                              cluster_autoscaler="v1.34.5"),
     "1.35": KubernetesRelease(date(2027, 3, 27), coredns="v1.13.2-eksbuild.4",
-                              pod_identity_agent="v1.3.10-eksbuild.3", cluster_autoscaler="v1.35.2"),
+                              pod_identity_agent="v1.3.10-eksbuild.3",
+                              node_monitoring_agent="v1.7.0-eksbuild.1",
+                              cluster_autoscaler="v1.35.2"),
 }
 # The oldest Pulumi CLI the program runs on. The program asks the engine with the SDK's
 # `require_pulumi_version`, which calls the engine RPC RequirePulumiVersion: in

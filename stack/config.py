@@ -57,6 +57,8 @@ class StackConfig:
     api_public_cidrs: tuple[str, ...]
     api_private_only: bool
     root_volume_gib: int
+    # EKS node auto repair of the GPU node group (infra/node_health.py); the system group's is on.
+    gpu_node_auto_repair: bool
     existing_cluster_name: str | None
     existing_kuberay: bool  # the existing cluster runs its own KubeRay operator
     # Where the pods go: this stack's own node groups carry the defaults (stack/kube.py); on an

@@ -118,6 +118,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "apiPublicCidrs": (_json, "api_public_cidrs"),
     "apiPrivateOnly": (_bool, "api_private_only"),
     "rootVolumeGib": (_int, "root_volume_gib"),
+    "gpuNodeAutoRepair": (_bool, "gpu_node_auto_repair"),
     "existingClusterName": (_str, "existing_cluster_name"),
     "existingKuberay": (_bool, "existing_kuberay"),
     "systemNodeSelector": (_json, "system_node_selector"),

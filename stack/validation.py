@@ -176,10 +176,15 @@ def access(cfg: StackConfig) -> list[str]:
 
 def existing_cluster(cfg: StackConfig) -> list[str]:
     """The keys that only an existing cluster takes: its name, its own KubeRay, the labels of its
-    node groups (this stack's own groups carry stack/kube.py's)."""
+    node groups (this stack's own groups carry stack/kube.py's); and the one it does not: node
+    repair is set on node groups, and that cluster's are not this stack's."""
     p: list[str] = []
     if cfg.existing_cluster_name and not _DNS_LABEL.match(cfg.existing_cluster_name.lower()):
         p.append(f"existingClusterName: {cfg.existing_cluster_name!r} is not an EKS cluster name")
+    if cfg.existing_cluster_name and not cfg.gpu_node_auto_repair:
+        p.append("gpuNodeAutoRepair: false does nothing with existingClusterName (this stack "
+                 "declares none of its node groups; set theirs with aws eks "
+                 "update-nodegroup-config --node-repair-config enabled=false): remove it")
     if cfg.existing_kuberay and not cfg.existing_cluster_name:
         p.append("existingKuberay: only with existingClusterName; this stack's own cluster gets "
                  "the pinned KubeRay operator: remove existingKuberay")

@@ -13,7 +13,11 @@ answer it (RecordingMocks mixes this in).
 - A node group update runs as node_group.go resourceNodeGroupUpdate does: a launch-template or
   version change first (the roll, during which `autoscaler` may resize the group), then the whole
   scaling block only if it differs from the state, the `ignoreChanges` paths left out of that
-  comparison; the state then records the live scaling (resourceNodeGroupRead).
+  comparison; the state then records the live scaling (resourceNodeGroupRead). Its repair
+  config is Optional+Computed and not ForceNew: created off unless declared, changed in place
+  (UpdateNodegroupConfig, no roll) only when declared and different, kept when left out.
+- An add-on's configurationValues are checked against its configuration schema, as CreateAddon
+  and UpdateAddon do (tests/infra/mock_addons.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pulumi
 from pulumi.runtime import rpc
 
 from infra.access import principal_key
+from tests.infra.mock_addons import check_configuration
 
 DESIRED = "scalingConfig.desiredSize"
 
@@ -78,6 +83,9 @@ class EksAccount:
         self.autoscaler: Callable[[dict], None] | None = None
         self.rolls: list[str] = []  # node groups rolled in this run
         self.scaling_sent: list[dict] = []  # UpdateNodegroupConfig scaling blocks of this run
+        # (cluster, group) -> its nodeRepairConfig as EKS holds it; the blocks sent this run.
+        self.repair: dict[tuple[str, str], dict] = dict(prior.repair) if prior else {}
+        self.repair_sent: list[dict] = []
 
     def eks_resource(self, args: pulumi.runtime.MockResourceArgs, outputs: dict) -> None:
         """The AWS side of an update (not a preview) of the resource types above."""
@@ -91,6 +99,9 @@ class EksAccount:
             outputs["latestVersion"] = self.templates[args.name][1]
         if args.typ == "aws:eks/nodeGroup:NodeGroup":
             outputs["scalingConfig"] = self._update_node_group(args.name, dict(args.inputs))
+            outputs["nodeRepairConfig"] = self._update_repair(dict(args.inputs))
+        if args.typ == "aws:eks/addon:Addon":
+            check_configuration(args.inputs["addonName"], args.inputs.get("configurationValues"))
 
     def eks_cluster_output(self, name: str, component_urn: str, outputs: dict) -> None:
         """`eksCluster`, once the cluster exists: a reference to the aws.eks.Cluster child,
@@ -172,6 +183,18 @@ class EksAccount:
             "launchTemplate": inputs.get("launchTemplate"), "version": inputs.get("version"),
             "scalingConfig": live}}
         return live
+
+    def _update_repair(self, inputs: dict) -> dict:
+        """CreateNodegroup records the declared repair config (EKS's default: off); an update
+        sends one only when declared and different from what EKS holds. Returns the Read."""
+        key, declared = (inputs["clusterName"], inputs["nodeGroupName"]), inputs.get(
+            "nodeRepairConfig")
+        if key not in self.repair:
+            self.repair[key] = dict(declared or {"enabled": False})
+        elif declared is not None and declared != self.repair[key]:
+            self.repair[key] = dict(declared)
+            self.repair_sent.append(dict(declared))
+        return dict(self.repair[key])
 
     def eks_call(self, token: str, args: dict) -> dict | None:
         """EKS data sources; None for any other token."""

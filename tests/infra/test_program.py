@@ -148,7 +148,7 @@ def test_system_node_group_and_cluster_access(dev):
 
 def test_eks_addons_are_pinned_and_overwrite_the_self_managed_coredns(dev):
     addons = {r.inputs["addonName"]: r.inputs for r in dev.of_type("aws:eks/addon:Addon")}
-    assert set(addons) == {"eks-pod-identity-agent", "coredns"}
+    assert set(addons) == {"eks-pod-identity-agent", "coredns", "eks-node-monitoring-agent"}
     for addon in addons.values():
         assert addon["resolveConflictsOnCreate"] == addon["resolveConflictsOnUpdate"] == "OVERWRITE"
     assert addons["coredns"]["addonVersion"] == "v1.13.2-eksbuild.4"
