@@ -16,6 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Collection, Literal, Mapping
 
+from training.run_names import default_name
 from training.errors import ConfigError
 from training.field_types import Bounds, choices, expected, fits, is_typed
 
@@ -50,7 +51,7 @@ class TestHooks:
     nan_at_step: int | None = documented(None, "a weight turns NaN at this step of a fresh run")
     hold_at_step: int | None = documented(
         None, "once per run, training waits at this step for a preemption, saves, and waits for "
-        "Ray Train to stop it")
+        "Ray Train to stop it; 0: the workers wait as their model's load begins (nothing saved)")
     stall_upload_at_step: int | None = documented(
         None, "once per run, rank 0's asynchronous upload of this step's checkpoint never ends")
 
@@ -109,7 +110,8 @@ class TrainConfig:
     storage_path: str = documented(
         "./outputs", "where checkpoints and metrics go (local directory or s3://bucket/prefix; "
         "shared storage on clusters)")
-    name: str = documented("qwen-fsdp", "run name; the same name and storage path resume the run")
+    name: str | None = documented(None, "run name; the same name and storage path resume the "
+                                  "run; default: `<model>-<key>` of what defines it (run_names.py)")
     checkpoint_every: Annotated[int, Bounds(ge=0)] = documented(
         10, "save a checkpoint every N steps and at the end; 0 disables checkpoints")
     async_checkpoint: bool = documented(
@@ -201,6 +203,10 @@ class TrainConfig:
         "prompts of the evaluation set, side by side in <run directory>/samples.jsonl and the "
         "log; needs --export and --eval-fraction or --eval-data")
     test_hooks: TestHooks = field(default_factory=TestHooks)  # no setting: its own flag group
+
+    def __post_init__(self):  # no --name: named from what defines the run
+        if self.name is None:
+            object.__setattr__(self, "name", default_name(self))
 
     @property
     def tokens_per_step_per_worker(self) -> int:
@@ -383,9 +389,8 @@ def flag_name(name: str) -> str:
     return name.replace("_", "-")
 
 
-# The job reads the run's start time (written by the Ray head when the run's cluster starts,
-# workloads/raycluster.py) from the file this variable names; it counts its time to first step
-# from there, so node boot and image pull are included.
+# The job reads the run's start time (the Ray head writes it as the run's cluster starts,
+# workloads/raycluster.py) from this file: its time to first step includes node boot and pull.
 RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
 
 # On a preemption the job moves the drain's deadline this much earlier (training/run/preemption.py:
@@ -393,7 +398,3 @@ RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
 # before their node's processes are killed; the GPU pods' drain (workloads/raycluster.py) leaves
 # the emergency checkpoint what remains.
 RESTART_MARGIN_S = 10.0
-
-
-LOCAL_DEFAULTS = {"model": "tiny", "num_workers": 2, "use_gpu": False, "address": None}
-"""What `--local` means: a local Ray with two CPU workers training the `tiny` shape."""

@@ -12,6 +12,7 @@ import functools
 import inspect
 
 from training.config import Option, TrainConfig, flag_name, options
+from training.run_names import default_name
 from training.field_types import choices, value_type
 
 
@@ -62,11 +63,13 @@ def add_config_flags(ap: argparse.ArgumentParser, names: tuple[str, ...] | None 
 
 def render(cfg: TrainConfig) -> list[str]:
     """The flags that turn the defaults into `cfg`: every option that differs from its default,
-    in option order (`--x`/`--no-x` for booleans). Parsing them gives `cfg` back."""
+    in option order (`--x`/`--no-x` for booleans); the name only when it is not the one the
+    run's settings give it (run_names.py). Parsing them gives `cfg` back."""
     args: list[str] = []
     for option in options():
         value = option.value(cfg)
-        if value == option.field.default or value is None:
+        default = default_name(cfg) if option.name == "name" else option.field.default
+        if value == default or value is None:
             continue
         if isinstance(value, bool):
             args.append(flag(option.name) if value else "--no-" + flag_name(option.name))

@@ -23,6 +23,7 @@ from stack.config import StackConfig
 from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGET_S
 from training.config import TrainConfig
 from training.flags import render
+from training.run_names import run_key
 from workloads.code_bundle import CodeBundle
 from workloads.kueue import queued
 from workloads.raycluster import build_cluster_spec
@@ -40,12 +41,8 @@ SUBMITTER_RETRIES = 2
 def run_name(cfg: StackConfig) -> str:
     """Ray Train run name: stable for a model and dataset, so a new job (say, more steps)
     resumes from the previous job's latest checkpoint, while another model starts afresh."""
-    t = cfg.training
-    # LoRA's adapters are another run than a full fine-tune of the same model (their checkpoints
-    # hold other weights); full fine-tuning keeps the names it always had.
-    lora = [t.lora_rank, t.lora_alpha, t.lora_target_modules] if t.lora_rank else []
-    key = json.dumps([t.model, t.data, t.seq_len, *lora])
-    return f"{cfg.name}-run-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    # The key is a local run's too (training/run_names.py): LoRA and DPO are runs of their own.
+    return f"{cfg.name}-run-{run_key(cfg.training)}"
 
 
 def job_settings(cfg: StackConfig, storage_uri: str) -> TrainConfig:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Callable
 
 # Only what parsing needs at import time: `python -m training --help` answers without torch,
 # transformers or Ray (10-28 s of imports); each step of `run` imports its own layer.
-from training.config import (LOCAL_DEFAULTS, RANDOM_DATA, RUN_STARTED_ENV, ConfigError,
-                             TrainConfig, exclusive)
+from training.config import RANDOM_DATA, RUN_STARTED_ENV, ConfigError, TrainConfig, exclusive
 from training.data.synthetic import SHIPPED
 from training.data.tokenize import BYTES
+from training import run_names
 from training.driver import quiet
 from training.errors import InputError
 from training.flags import add_config_flags
@@ -33,12 +33,17 @@ if TYPE_CHECKING:
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a job stopped by Ctrl-C
-DEMO_DEFAULTS = {"data": str(SHIPPED), "tokenizer": BYTES, "name": "demo", "log_every": 1,
+LOCAL_DEFAULTS = {"model": "tiny", "num_workers": 2, "use_gpu": False, "address": None}
+"""What `--local` means: a local Ray with two CPU workers training the `tiny` shape."""
+DEMO_DEFAULTS = {"data": str(SHIPPED), "tokenizer": BYTES, "log_every": 1,
                  "lr": 3e-3, "eval_fraction": 0.05, "eval_every": 5, "export": True}
 """What `--demo` (`make demo`) adds to `--local`: the shipped instruction set with the built-in
 byte tokenizer, 5% held out, so the training and evaluation losses visibly fall within seconds,
 and exported at the end (`outputs/demo/hf_model`, the model
 docs/using-the-model.md loads)."""
+DEMO_NAME = "demo"
+"""The run --demo's own settings define; a --demo with another model, data, sequence length,
+LoRA or objective is `demo-<key>` (training/run_names.py), a run of its own."""
 # On a cluster (--address) workers may still be joining when the job starts: KubeRay submits once
 # every pod runs, a raylet registers moments later, a restarted worker pod takes minutes. A local
 # Ray never grows, so there the check fails at once.
@@ -56,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--local", action="store_true", help="local Ray, 2 CPU workers, `tiny` model "
                     "(the defaults of a laptop run; other flags still apply)")
     ap.add_argument("--demo", action="store_true", help="--local, trained on the shipped sample "
-                    "text with the built-in byte tokenizer, logged and plotted every step")
+                    "text with the built-in byte tokenizer, logged and plotted every step; "
+                    f"named `{DEMO_NAME}` (with another model, data, sequence length, LoRA or "
+                    f"objective: `{DEMO_NAME}-<key>`)")
     ap.add_argument("--preview", type=int, metavar="N", help="print the first N training rows "
                     "of --data as JSON lines {\"text\": the rendered row, \"trained\": [each "
                     "span the loss trains on]} and exit, before any storage or Ray")
@@ -91,6 +98,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, int | None]:
     if "mlflow_tracking_uri" not in given and os.environ.get(MLFLOW_ENV):
         given["mlflow_tracking_uri"] = os.environ[MLFLOW_ENV]
     base = {**LOCAL_DEFAULTS, **DEMO_DEFAULTS} if demo else dict(LOCAL_DEFAULTS) if local else {}
+    if demo and "name" not in given:
+        given["name"] = run_names.named_after(TrainConfig(**{**base, **given}), DEMO_NAME,
+                                              TrainConfig(**base))
     cfg = TrainConfig(**{**base, **given})
     if preview is not None and (preview < 1 or cfg.data in RANDOM_DATA):
         raise ConfigError([f"--preview needs a count of at least 1 and --data files (got "

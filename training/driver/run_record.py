@@ -15,10 +15,12 @@ if TYPE_CHECKING:
     from training.storage import Storage
 
 RECORD_FILE = "run.json"
-DEFINING = ("model", "tokenizer", "data", "seq_len", "seed", "loss_tokens", "lora_rank",
-            "lora_alpha", "lora_dropout", "lora_target_modules", "load_in_4bit")
-"""Settings a checkpoint's weights, adapters or data position depend on; the rest (steps, lr,
-logging, evaluation...) may change between a run's attempts."""
+DEFINING = ("model", "tokenizer", "data", "seq_len", "seed", "loss_tokens", "eval_fraction",
+            "objective", "lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules",
+            "load_in_4bit")
+"""Settings a checkpoint's weights, adapters or data position depend on (the held-out fraction
+picks which documents train); the rest (steps, lr, logging, evaluation...) may change between a
+run's attempts. Those in the run's name (training/run_names.py) differ only under a --name."""
 
 
 class OtherRunError(InputError):

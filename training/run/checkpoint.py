@@ -97,10 +97,11 @@ def start_state(cfg: TrainConfig, saved: RunState | None,
         fresh = Schedule.from_config(cfg)
         return RunState(step=0, schedule=fresh.to_dict(), data=data_id), fresh, []
     if saved.data != data_id:
-        raise CheckpointError(
-            f"run {cfg.name!r} was trained on other data ({saved.data}, this run: {data_id}): "
-            "its data position does not apply; use the same --data, --tokenizer, --seq-len and "
-            "--seed, or a new --name")
+        raise CheckpointError(  # the settings themselves are compared first (run_record.py)
+            f"run {cfg.name!r} was trained on other data: the contents of --data {cfg.data} "
+            "changed since its checkpoint (or, for a run from before run.json, its --tokenizer, "
+            "--seq-len, --loss-tokens, --eval-fraction or --seed), so its data position does not "
+            "apply; train on the data it saw, or start a new run with another --name")
     schedule, notes = resume_schedule(saved.schedule, peak=cfg.lr, warmup=cfg.warmup_steps,
                                       total=cfg.steps, at_step=saved.step)
     return dataclasses.replace(saved, schedule=schedule.to_dict()), schedule, notes

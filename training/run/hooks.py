@@ -1,6 +1,7 @@
 """Test hooks (TrainConfig.test_hooks: flags of their own group, no settings of a run), called
-by the loop at named points: before a step (--nan-at-step) and after it (--fault-at-step,
---fault-in-save-at-step, --hold-at-step), and at a save (--stall-upload-at-step). The fault hooks
+by the loop at named points: as the model's load begins (--hold-at-step 0), before a step
+(--nan-at-step) and after it (--fault-at-step, --fault-in-save-at-step, --hold-at-step), and at
+a save (--stall-upload-at-step). The fault hooks
 fire only in a fresh run, so that a retried attempt shows whether the job recovered; the
 preemption hooks once per run (a marker in the run directory's test-hooks/, which also tells a
 test where and when they fired)."""
@@ -8,6 +9,7 @@ test where and when they fired)."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
@@ -65,6 +67,18 @@ class FaultHooks:
         once per run; the other ranks' uploads then wait for it)."""
         return self.given.stall_upload_at_step == step and self.rank == 0 and \
             _claim(f"stalled-upload-{step}")
+
+
+def hold_in_load(cfg: TrainConfig, rank: int, polls: int = 1500) -> None:
+    """Collective, --hold-at-step 0 (once per run): every worker waits as its model's load
+    begins, with nothing saved yet, until Ray Train stops the attempt for a preemption (at most
+    `polls` x 0.2 s). The window that for a 7B model lasts minutes, without a sleep race."""
+    if cfg.test_hooks.hold_at_step != 0 or not ray.train.collective.broadcast_from_rank_zero(
+            rank == 0 and _claim("held-at-step-0")):
+        return
+    for _ in range(polls):
+        time.sleep(0.2)
+    raise RuntimeError("--hold-at-step 0: no preemption came")
 
 
 def _claim(name: str) -> bool:

@@ -21,7 +21,7 @@ from training.run import checkpoint, preemption, reference_logps
 from training.run.evaluate import Evaluator
 from training.run.facts import LinkShares, RunFacts
 from training.run.handoff import WorkerInputs
-from training.run.hooks import FaultHooks
+from training.run.hooks import FaultHooks, hold_in_load
 from training.run.run_files import RunFiles
 from training.run.trainer import BatchAt, Trainer
 from training.run.worker import worker_context
@@ -40,6 +40,7 @@ def train_func(loop_config: dict) -> None:
     marks["nccl_ready"] = time.time()
 
     # The driver's plan as given: its LoRA adapters, its step plan and mesh (driver/plan.py).
+    hold_in_load(cfg, rank)  # the model's load begins here
     engine = build_engine(cfg, plan.model, device, plan=plan.step, spec=plan.lora)
     batch = engine.plan.batch
     saved = checkpoint.resume(engine)

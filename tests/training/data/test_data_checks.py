@@ -27,6 +27,11 @@ def run(tmp_path, *flags: str) -> dict:
                               "--tokenizer", BYTES, *flags]))
 
 
+def run_dir(tmp_path, *flags: str):
+    """Where `run(tmp_path, *flags)` keeps its run (named from what defines it)."""
+    return tmp_path / "runs" / cli.parse(["--local", "--tokenizer", BYTES, *flags]).name
+
+
 def _jsonl(path, *rows) -> str:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
     return str(path)
@@ -112,7 +117,7 @@ def test_s3_data_identity_covers_its_listing_and_a_resume_on_changed_data_is_ref
     cache = TokenCache(pafs.LocalFileSystem(), str(tmp_path / "c"), before)
     assert cache.build(Source.open(uri), ByteEncoder(), 8)["documents"] == 1  # read from S3
     assert fingerprint(Source.open(uri), BYTES, 8) == before  # stable while nothing changes
-    saved = tmp_path / "runs/qwen-fsdp/checkpoint-step0000002"
+    saved = run_dir(tmp_path, "--data", uri, "--seq-len", "8") / "checkpoint-step0000002"
     saved.mkdir(parents=True)
     (saved / "COMPLETE").write_text("")
     state = checkpoint.RunState(step=2, samples_seen=8, data=f"{before}-seed0",  # DataPlan's id
@@ -123,7 +128,8 @@ def test_s3_data_identity_covers_its_listing_and_a_resume_on_changed_data_is_ref
     time.sleep(1.1)  # S3's last-modified time has a resolution of a second
     _put(s3_server, "data/a.jsonl", [{"text": "first edit"}])  # same key and size, new content
     assert len({before, added, fingerprint(Source.open(uri), BYTES, 8)}) == 3
-    with pytest.raises(ValueError, match="trained on other data"):
+    with pytest.raises(ValueError, match="trained on other data: the contents of --data "
+                                         "s3://ckpt/data/ changed since its checkpoint"):
         run(tmp_path, "--data", uri, "--seq-len", "8")
 
 
@@ -154,14 +160,15 @@ def test_a_finished_run_is_left_alone_and_says_so(tmp_path, capsys):
     from training.run.handoff import SUMMARY_FILE
 
     data = _jsonl(tmp_path / "chat.jsonl", *[GOOD] * 40)
-    summary = tmp_path / "runs/qwen-fsdp" / SUMMARY_FILE
+    summary = run_dir(tmp_path, "--data", data, "--seq-len", "32") / SUMMARY_FILE
     summary.parent.mkdir(parents=True)
     summary.write_text(json.dumps({"steps": 4, "last_loss": 0.5, "export_path": "/x/hf_model"}))
     before = summary.read_bytes()
     done = run(tmp_path, "--data", data, "--seq-len", "32", "--steps", "4")  # Ray never starts
     assert (done.steps, done.last_loss, done.export_path) == (4, 0.5, "/x/hf_model")
     assert summary.read_bytes() == before
-    assert "run 'qwen-fsdp' finished at step 4 of 4 already" in capsys.readouterr().out
+    assert f"run {summary.parent.name!r} finished at step 4 of 4 already" in \
+        capsys.readouterr().out
 
 
 def _preview(capsys, *flags: str) -> list[dict]:

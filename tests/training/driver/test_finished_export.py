@@ -16,7 +16,7 @@ def test_export_of_a_finished_run_trains_nothing_and_keeps_its_summary(tmp_path,
              "--steps", "4", "--seq-len", "32", "--checkpoint-every", "2", "--log-every", "2"]
     trained = cli.run(cli.parse(flags))
     assert trained.export_path is None
-    run_dir = tmp_path / "runs/qwen-fsdp"
+    run_dir = tmp_path / "runs" / cli.parse(flags).name
     metrics = (run_dir / "metrics.csv").read_text()
     capsys.readouterr()
     exported = cli.run(cli.parse([*flags, "--export"]))

@@ -15,13 +15,14 @@ from training.driver import cli
 
 def test_ctrl_c_says_what_was_saved_and_exits_130(tmp_path):
     runs = tmp_path / "runs"
+    flags = ["--local", "--data", "repeat", "--steps", "100000", "--seq-len", "32",
+             "--checkpoint-every", "3", "--no-async-checkpoint", "--storage-path", str(runs)]
+    name = cli.parse(flags).name
     job = subprocess.Popen(
-        [sys.executable, "-m", "training", "--local", "--data", "repeat", "--steps", "100000",
-         "--seq-len", "32", "--checkpoint-every", "3", "--no-async-checkpoint",
-         "--storage-path", str(runs)],
+        [sys.executable, "-m", "training", *flags],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)  # its own process group: Ctrl-C reaches the job and its workers
-    saved = runs / "qwen-fsdp/checkpoint-step0000003/COMPLETE"
+    saved = runs / name / "checkpoint-step0000003/COMPLETE"
     try:
         deadline = time.monotonic() + 600
         while not saved.exists() and job.poll() is None and time.monotonic() < deadline:
@@ -35,6 +36,6 @@ def test_ctrl_c_says_what_was_saved_and_exits_130(tmp_path):
     assert job.returncode == cli.EXIT_INTERRUPTED, err[-2000:]
     said = [line for line in err.splitlines() if line.startswith("interrupted:")]
     assert len(said) == 1, err[-2000:]
-    assert "run 'qwen-fsdp' is saved at step " in said[0]
+    assert f"run {name!r} is saved at step " in said[0]
     assert "rerun the same command to resume from there" in said[0]
     assert not out.strip().startswith("{")  # no summary line: the run did not end

@@ -33,7 +33,12 @@ def run(tmp_path, *flags: str) -> RunSummary:
     return cli.run(cli.parse(["--local", "--storage-path", str(tmp_path / "runs"), *flags]))
 
 
-def read_metrics(tmp_path, name="qwen-fsdp") -> list[dict]:
+def name_of(*flags: str) -> str:
+    """The name `run(tmp_path, *flags)` gives its run (from what defines it)."""
+    return cli.parse(["--local", *flags]).name
+
+
+def read_metrics(tmp_path, name: str) -> list[dict]:
     with open(tmp_path / "runs" / name / "metrics.csv") as f:
         return list(csv.DictReader(f))
 
@@ -65,7 +70,7 @@ def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path,
     assert s.last_loss < 0.5 * s.first_loss, s
     # Time to first step counts from the run's start, and the workers' wait is part of it.
     assert 100 <= s.waited_for_workers_s < s.time_to_first_step_s, s
-    assert (tmp_path / "runs/qwen-fsdp/metrics.png").stat().st_size > 0
+    assert (tmp_path / "runs" / s.run_dir.rsplit("/", 1)[1] / "metrics.png").stat().st_size > 0
     assert s.data_format == "repeat"
     assert "for transport and throughput checks only" in capsys.readouterr().out
 
@@ -76,25 +81,26 @@ def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_
              "--log-every", "1", "--warmup-steps", "2", "--mlflow-tracking-uri", mlflow_server]
     first = cli.run(cli.parse([*flags, "--steps", "4"]))
     assert first.resumed_from_step is None
-    assert first.checkpoint == "s3://ckpt/runs/qwen-fsdp/checkpoint-step0000004"
-    assert "runs/qwen-fsdp/checkpoint-step0000004/.metadata" in s3_keys(s3_server)
+    run = first.run_dir.removeprefix("s3://ckpt/")  # runs/<name>
+    assert first.checkpoint == f"s3://ckpt/{run}/checkpoint-step0000004"
+    assert f"{run}/checkpoint-step0000004/.metadata" in s3_keys(s3_server)
     assert 0 < first.checkpoint_gib < 0.01
     assert 0 < first.tokens_per_s_with_checkpoints < first.tokens_per_s
     # A later save killed mid-upload: objects on S3, never marked complete nor registered.
-    s3_server.put_object(Bucket="ckpt", Key="runs/qwen-fsdp/checkpoint-step0000005/__0_0.distcp",
+    s3_server.put_object(Bucket="ckpt", Key=f"{run}/checkpoint-step0000005/__0_0.distcp",
                          Body=b"partial")
     capfd.readouterr()
     second = cli.run(cli.parse([*flags, "--steps", "8"]))
     assert second.resumed_from_step == 4 and second.steps == 8
     said = "".join(capfd.readouterr())  # the driver's lines and the workers' (Ray forwards them)
-    assert said.count("resuming run 'qwen-fsdp' from s3://ckpt/runs/qwen-fsdp/"
+    assert said.count(f"resuming run {run.split('/')[1]!r} from s3://ckpt/{run}/"
                       "checkpoint-step0000004 (step 4)") == 1
     assert said.count("--steps 8 differs from the schedule's 4 steps") == 1  # not per process
     assert second.first_loss == first.first_loss  # the run's, not the second attempt's
     kept = sorted({k.split("/")[2] for k in s3_keys(s3_server) if "/checkpoint-step" in k})
     # Ray Train keeps the newest 2 it registered; the torn directory is left as it is.
     assert kept == [f"checkpoint-step000000{i}" for i in (5, 6, 8)]
-    metrics = s3_server.get_object(Bucket="ckpt", Key="runs/qwen-fsdp/metrics.csv")
+    metrics = s3_server.get_object(Bucket="ckpt", Key=f"{run}/metrics.csv")
     rows = list(csv.DictReader(io.StringIO(metrics["Body"].read().decode())))
     assert [int(r["step"]) for r in rows] == list(range(1, 9))
     # Past warmup, the first run ended its decay at step 4: the rerun continues from that rate
@@ -111,11 +117,11 @@ def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_
     assert {"summary.json", "metrics.png"} <= tracked["artifacts"]
     assert not {"test_hooks", *(o.name for o in options() if o.group)} & set(tracked["params"])
     # Once more with the same steps: finished, said so, its results left as they are.
-    summary = s3_server.get_object(Bucket="ckpt", Key="runs/qwen-fsdp/summary.json")["Body"].read()
+    summary = s3_server.get_object(Bucket="ckpt", Key=f"{run}/summary.json")["Body"].read()
     again = cli.run(cli.parse([*flags, "--steps", "8"]))
     assert again.steps == 8 and again.last_loss == second.last_loss
     assert "finished at step 8 of 8 already" in capfd.readouterr().out
-    assert s3_server.get_object(Bucket="ckpt", Key="runs/qwen-fsdp/summary.json")["Body"].read() \
+    assert s3_server.get_object(Bucket="ckpt", Key=f"{run}/summary.json")["Body"].read() \
         == summary
 
 
@@ -137,11 +143,11 @@ def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_e
     # Evaluated before step 1, at 2 and 4 (first attempt) and 6 (after the resume): the same
     # losses as the uninterrupted run, to the bit.
     evals = [{r["step"]: r["eval_loss"] for r in read_metrics(tmp_path, name) if r["eval_loss"]}
-             for name in ("straight", "qwen-fsdp")]
+             for name in ("straight", s.run_dir.rsplit("/", 1)[1])]
     assert list(evals[0]) == ["0", "2", "4", "6"] and evals[0] == evals[1]
     # Each epoch in its own seeded document order, and the resume reads on in that order.
     losses = [[r["loss"] for r in read_metrics(tmp_path, name) if r["loss"]]
-              for name in ("straight", "qwen-fsdp")]
+              for name in ("straight", s.run_dir.rsplit("/", 1)[1])]
     assert len(losses[0]) == 6 and losses[0] == losses[1]
     assert (s.first_eval_loss, s.eval_loss) == (straight.first_eval_loss,
                                                       straight.eval_loss)
@@ -169,7 +175,7 @@ def test_lora_learns_resumes_after_a_killed_worker_and_exports_adapter_and_merge
     saved = dcp.FileSystemReader(s.checkpoint).read_metadata().state_dict_metadata
     weights = [k for k in saved if k.startswith("model.")]
     assert len(weights) == 28 and all(".lora_" in k for k in weights)  # 2 layers x 7 x (A, B)
-    run_dir = tmp_path / "runs/qwen-fsdp"
+    run_dir = tmp_path / "runs" / s.run_dir.rsplit("/", 1)[1]
     for name in (export.EXPORT_DIR, export.ADAPTER_DIR):
         assert (run_dir / name / export.MARKER).exists()
     base = build_model("tiny", model_config("tiny"), seed=0)  # the run's random-init base
@@ -192,10 +198,11 @@ def test_worker_killed_during_an_asynchronous_upload_resumes_from_the_save_befor
 def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_path):
     # Not retried as a worker failure: a retry would replay the same divergence (the hook fires
     # only in a fresh attempt, so a retried run would "succeed" here and fail this test).
+    flags = ["--steps", "12", "--checkpoint-every", "2", "--log-every", "100", "--nan-at-step",
+             "5", "--max-failures", "1"]
     with pytest.raises(cli.JobError, match="not finite at step 5.*checkpoint step 4"):
-        run(tmp_path, "--steps", "12", "--checkpoint-every", "2", "--log-every", "100",
-            "--nan-at-step", "5", "--max-failures", "1")
-    kept = sorted(p.name for p in (tmp_path / "runs/qwen-fsdp").glob("checkpoint-step*"))
+        run(tmp_path, *flags)
+    kept = sorted(p.name for p in (tmp_path / "runs" / name_of(*flags)).glob("checkpoint-step*"))
     assert kept == ["checkpoint-step0000002", "checkpoint-step0000004"]
 
 
@@ -210,10 +217,11 @@ def test_trains_exports_to_s3_and_the_next_run_continues_from_that_export(
                            "--lr", "5e-3", "--log-every", "4", "--export",
                            "--mlflow-tracking-uri", mlflow_server]))
     assert s.steps == 12 and s.last_loss < s.first_loss
-    assert s.export_path == "s3://ckpt/runs/qwen-fsdp/hf_model"
-    keys = {o["Key"] for o in s3_server.list_objects_v2(Bucket="ckpt", Prefix="runs/qwen-fsdp/"
+    run = s.run_dir.removeprefix("s3://ckpt/")  # runs/<name>
+    assert s.export_path == f"s3://ckpt/{run}/hf_model"
+    keys = {o["Key"] for o in s3_server.list_objects_v2(Bucket="ckpt", Prefix=f"{run}/"
                                                          "hf_model/")["Contents"]}
-    assert {f"runs/qwen-fsdp/hf_model/{f}" for f in ("COMPLETE", "model.safetensors",
+    assert {f"{run}/hf_model/{f}" for f in ("COMPLETE", "model.safetensors",
             "config.json", "generation_config.json", "tokenizer.json")} <= keys
     assert mlflow_run(mlflow_server, s.mlflow_run_id)["tags"]["export_path"] == s.export_path
     # The export as --model: rank 0 reads it from S3, the others get their shards from rank 0.
@@ -240,17 +248,17 @@ def test_trains_exports_to_s3_and_the_next_run_continues_from_that_export(
 def test_bad_input_fails_before_ray_starts(tmp_path, no_ray, flags, message):
     with pytest.raises(ValueError, match=message):
         run(tmp_path, *flags)
-    assert not (tmp_path / "runs" / "qwen-fsdp").exists()
+    assert not [p for p in (tmp_path / "runs").glob("*") if p.is_dir()]  # no run directory
 
 
 def test_resuming_a_run_on_other_data_fails_before_ray_starts(tmp_path, no_ray):
-    saved = tmp_path / "runs/qwen-fsdp/checkpoint-step0000004"
+    saved = tmp_path / "runs" / name_of("--data", "repeat") / "checkpoint-step0000004"
     saved.mkdir(parents=True)
     (saved / "COMPLETE").write_text("")
     state = checkpoint.RunState(step=4, samples_seen=32, data="random",
                                 schedule=Schedule(1e-3, 5, 30).to_dict())
     (saved / checkpoint.STATE_FILE).write_text(json.dumps(dataclasses.asdict(state)))
-    with pytest.raises(ValueError, match="trained on other data.*or a new --name"):
+    with pytest.raises(ValueError, match="trained on other data.*another --name"):
         run(tmp_path, "--data", "repeat")
 
 

@@ -22,8 +22,9 @@ def _saved_run(tmp_path, *flags: str) -> TrainConfig:
 
 
 def test_a_lora_rank_on_a_finished_full_fine_tune_is_one_line_before_ray(tmp_path, capsys):
-    _saved_run(tmp_path)
-    code = cli.main(["--demo", "--lora-rank", "8", "--storage-path", str(tmp_path / "runs")])
+    _saved_run(tmp_path)  # (without --name, the LoRA demo is a run of its own: test_run_names)
+    code = cli.main(["--demo", "--lora-rank", "8", "--name", "demo", "--storage-path",
+                     str(tmp_path / "runs")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == cli.EXIT_BAD_INPUT
     assert len(err) == 1
@@ -54,3 +55,15 @@ def test_a_run_without_a_checkpoint_starts_over_under_new_settings(tmp_path):
     run_record.check_and_record(lora, storage)  # nothing saved yet: no refusal
     assert '"lora_rank": 8' in (tmp_path / "runs/demo/run.json").read_text()
 
+
+
+def test_another_held_out_fraction_is_named_not_two_data_hashes(tmp_path):
+    """It picks which documents train: the saved data position means nothing under another."""
+    cfg = _saved_run(tmp_path)
+    other = TrainConfig(**{**cfg.to_dict(), "eval_fraction": 0.2})
+    try:
+        run_record.check_and_record(other, resolve(cfg.storage_path))
+    except run_record.OtherRunError as e:
+        assert "--eval-fraction 0.05, this run asks --eval-fraction 0.2" in str(e)
+    else:
+        raise AssertionError("another --eval-fraction resumed the run")
