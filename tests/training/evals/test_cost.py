@@ -11,6 +11,7 @@ import pytest
 import torch.distributed as dist
 
 from stack.catalog import region_prices
+from tests.training import inproc
 from training.config import TrainConfig
 from training.driver import cli
 from training.evals import cost
@@ -53,10 +54,7 @@ def _count_nodes(rank: int, world: int, store: str, hosts: list[str], out: str) 
 
 
 def test_the_nodes_are_the_process_groups_distinct_hosts_not_its_ranks(tmp_path):
-    import torch.multiprocessing as mp
-
     assert cost.world_nodes() == 1  # no group: this process
     hosts = ["gpu-a", "gpu-a", "gpu-b"]  # three workers on two GPU nodes
-    mp.spawn(_count_nodes, args=(3, str(tmp_path / "store"), hosts, str(tmp_path / "n")),
-             nprocs=3)
+    inproc.start(_count_nodes, (3, str(tmp_path / "store"), hosts, str(tmp_path / "n")), 3)
     assert [(tmp_path / f"n.{r}").read_text() for r in range(3)] == ["2", "2", "2"]

@@ -11,18 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 from collections import Counter
 
 import pytest
 
+from tests.training import inproc
+
 WORLD, SEQ, MICRO, STEPS = 4, 32, 2, 3
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _collectives(step) -> dict[str, int]:
@@ -86,16 +81,9 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    import multiprocessing
-
-    import torch.multiprocessing as mp
-
-    # A fork server (a fresh process, no Ray or gRPC threads to inherit) imports the training
-    # package once; the 4 workers fork from it.
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["training.step.engine"])
+    # The 4 workers fork from the preloaded fork server (tests/training/inproc.py).
     out = tmp_path_factory.mktemp("hsdp")
-    mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD,
-                       start_method="forkserver")
+    inproc.start(_worker, (inproc.free_port(), str(out)), WORLD)
     return json.loads((out / "rank0.json").read_text())
 
 
