@@ -14,9 +14,11 @@ current constants and the constants a least-squares fit would give (training/ste
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import sys
+import time
 from pathlib import Path
 
 from bench.command import refuse, start
@@ -48,15 +50,39 @@ GRID: list[dict] = [
     {"micro_batch_size": 4, "compile": False, **_ZERO3_AC},
 ]
 
+# LoRA (rank 16, all seven projections, a replicated bf16 base as the planner picks it): the
+# shapes the planner must get right for an L4, 7B at 512..2048 and 1.5B at 1024..2048, micro-batch
+# 1 and 2, with and without checkpointing; the most wanted first (a timeout keeps the rows done).
+# "shard_base": the frozen base sharded by FSDP2 instead (the plan before it was replicated).
+_LORA = {"lora_rank": 16, "lora_alpha": 32.0, "compile": True, "reshard_after_forward": True,
+         "grad_accum": 2}
+_7B, _1B = {"model": "large", **_LORA}, {"model": "small", **_LORA}  # --large-model, --model
+LORA_GRID: list[dict] = [
+    {**_7B, "seq_len": s, "micro_batch_size": m, "activation_checkpointing": True}
+    for s, m in ((2048, 1), (2048, 2), (512, 1), (512, 2), (1024, 1), (1024, 2), (512, 4))
+] + [{**_7B, "seq_len": 512, "micro_batch_size": 1, "activation_checkpointing": True,
+      "shard_base": True}] + [
+    {**_7B, "seq_len": s, "micro_batch_size": m, "activation_checkpointing": False}
+    for s, m in ((512, 1), (512, 2), (1024, 1), (2048, 1))
+] + [
+    {**_1B, "seq_len": s, "micro_batch_size": m, "activation_checkpointing": ac}
+    for s, m, ac in ((2048, 1, True), (2048, 2, True), (1024, 2, True), (2048, 1, False),
+                     (2048, 2, False), (1024, 1, False))
+]
+GRIDS = {"full": GRID, "lora": LORA_GRID}
+
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.calibrate",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="qwen2.5-1.5b")
+    ap.add_argument("--large-model", default="qwen2.5-7b", help="the LoRA grid's large shape")
     ap.add_argument("--seq-len", type=int, default=2048, help="rows that set none")
     ap.add_argument("--steps", type=int, default=2, help="optimizer steps per row")
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="full", help="full fine-tuning's "
+                    "shapes (of --model, --seq-len) or LoRA's (each row names its own)")
     ap.add_argument("--rows", default=None, help="comma-separated row numbers of the grid "
-                    f"(0-{len(GRID) - 1}); default: all")
+                    "(from 0); default: all")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--fit", type=Path, nargs="+", default=None, help="recorded results: print "
                     "each row's error and the fitted constants instead of measuring")
@@ -72,33 +98,64 @@ def estimate_inputs(engine, cfg: TrainConfig) -> dict:
             "seq_len": cfg.seq_len, "grad_accum": plan.grad_accum,
             "reduce_dtype": plan.reduce_dtype, "accum_dtype": plan.accum_dtype,
             "checkpointing": plan.activation_checkpointing,
-            "zero2": not plan.reshard_after_forward, "loss_chunk_tokens": cfg.loss_chunk_tokens}
+            "zero2": not plan.reshard_after_forward, "loss_chunk_tokens": cfg.loss_chunk_tokens,
+            "replicated_base": plan.replicate_base, "lora_dropout": cfg.lora_dropout > 0,
+            "trainable_params": engine.trainable_params if engine.lora else None}
+
+
+def _sharded_base(engine_module):
+    """The engine's planner with the frozen base sharded (a grid row's `shard_base`)."""
+    import contextlib
+    from unittest import mock
+
+    if engine_module is None:
+        return contextlib.nullcontext()
+    plan_step = engine_module.plan_step
+
+    def sharded(*a, **kw):
+        return dataclasses.replace(plan_step(*a, **kw), replicate_base=False)
+
+    return mock.patch.object(engine_module, "plan_step", sharded)
 
 
 def _measure_row(overrides: dict, args: argparse.Namespace, device) -> dict:
     import torch
 
     from training.data.random_tokens import random_batch
+    from training.step import engine as engine_module
     from training.step.engine import build_engine, train_step
     from training.step.memory import estimate_from
     from training.model.model import model_config
 
+    overrides = dict(overrides)
+    shard_base = overrides.pop("shard_base", False)
+    named = {"large": args.large_model, "small": args.model}
+    if "model" in overrides:
+        overrides["model"] = named[overrides["model"]]
     cfg = TrainConfig(**{"model": args.model, "seq_len": args.seq_len, "num_workers": 1,
                          "warmup_steps": 0, **overrides}).validated()
     cuda = device.type == "cuda"
-    row: dict = {"shape": overrides}
+    row: dict = {"shape": {**overrides, **({"shard_base": True} if shard_base else {})}}
     try:
         if cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
             row["leftover_gib"] = torch.cuda.memory_allocated(device) / GIB
         model_cfg = model_config(cfg.model)
-        engine = build_engine(cfg, model_cfg, device)
+        with _sharded_base(engine_module if shard_base else None):
+            engine = build_engine(cfg, model_cfg, device)
         for step in range(args.steps):
             micro = [random_batch(seed=0, rank=0, step=step, micro=m, batch=cfg.micro_batch_size,
                                   seq_len=cfg.seq_len, vocab=model_cfg.vocab_size, repeat=False)
                      for m in range(cfg.grad_accum)]
             train_step(engine, micro, 1e-4, cfg.grad_clip)
+            if cuda:
+                torch.cuda.synchronize(device)
+            if step == 0:  # the steps after the first (which compiles): tokens/s
+                started = time.perf_counter()
+        if args.steps > 1:
+            tokens = (args.steps - 1) * cfg.grad_accum * cfg.micro_batch_size * cfg.seq_len
+            row["tokens_per_s"] = tokens / (time.perf_counter() - started)
         inputs = estimate_inputs(engine, cfg)
         row.update(inputs=inputs, estimated_peak_gib=estimate_from(inputs) / GIB)
         row.update(device_peak(device))
@@ -113,12 +170,15 @@ def _measure_row(overrides: dict, args: argparse.Namespace, device) -> dict:
 
 def measure(args: argparse.Namespace, device, env: dict) -> dict:
     """Every picked row; the JSON is rewritten after each, so a timeout keeps the rows done."""
-    picked = [int(i) for i in args.rows.split(",")] if args.rows else range(len(GRID))
+    grid = GRIDS[args.grid]
+    picked = [int(i) for i in args.rows.split(",")] if args.rows else range(len(grid))
     result = {"kind": KIND, "env": env, "rows": [],
-              "settings": {"model": args.model, "seq_len": args.seq_len, "steps": args.steps}}
+              "settings": {"model": args.model, "seq_len": args.seq_len, "steps": args.steps,
+                           "grid": args.grid}}
     for i in picked:
-        result["rows"].append(_measure_row(GRID[i], args, device))
-        shown = ("shape", "estimated_peak_gib", "peak_gib", "estimate_error", "error_text")
+        result["rows"].append(_measure_row(grid[i], args, device))
+        shown = ("shape", "estimated_peak_gib", "peak_gib", "estimate_error", "tokens_per_s",
+                 "error_text")
         print(json.dumps({k: result["rows"][-1].get(k) for k in shown}), flush=True)
         write_json(result, args.json_out)
     return result
@@ -197,8 +257,9 @@ def main(argv: list[str] | None = None) -> int:
             return refuse("no measured calibration rows in those files")
         print(report(rows))
         return 0
-    if args.rows and not all(i.isdigit() and int(i) < len(GRID) for i in args.rows.split(",")):
-        return refuse(f"--rows takes numbers 0-{len(GRID) - 1}")
+    size = len(GRIDS[args.grid])
+    if args.rows and not all(i.isdigit() and int(i) < size for i in args.rows.split(",")):
+        return refuse(f"--rows takes numbers 0-{size - 1} for --grid {args.grid}")
     with one_rank() as device:
         measure(args, device, environment(device, argv, "bench.calibrate"))
     return 0

@@ -66,6 +66,9 @@ class Footprint:
     # The rest is a frozen bf16 base: 2 bytes a parameter, no gradient, no Adam state.
     trainable_params: int | None = None
     lora_dropout: bool = False  # each adapted layer keeps a dropped copy of its input and a mask
+    # LoRA: the frozen base whole on every GPU, outside FSDP2 (parallelize.shard_model): 2 bytes a
+    # frozen parameter unsharded, nothing gathered but the adapters
+    replicated_base: bool = False
 
     @property
     def trainable(self) -> int:
@@ -120,6 +123,8 @@ def gathered_bytes(fp: Footprint, zero2: bool) -> int:
     to STATIC_FACTOR, whose 5% on 16 bytes a parameter covers them in every recorded row
     (counting them there too gives -2.7% .. +3.4% instead of -4.0% .. +3.4%, but moves plans
     near a limit, so not without new measurements); a 2-byte frozen base leaves no such margin."""
+    if fp.replicated_base:
+        return 2 * fp.trainable if zero2 else 0
     if zero2:
         return 2 * fp.num_params
     if fp.trainable_params is None:
@@ -152,7 +157,8 @@ def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum:
                    accum_dtype: str | None = None, loss_chunk_tokens: int = 2048) -> Parts:
     tokens = micro_batch * seq_len
     frozen = fp.num_params - fp.trainable
-    state = (16 * fp.trainable + 2 * frozen) / fp.shard_size
+    state = (16 * fp.trainable + 2 * frozen * (fp.shard_size if fp.replicated_base else 1)
+             ) / fp.shard_size
     accumulated = (REDUCE_BYTES[accum_dtype or reduce_dtype] * fp.trainable
                    if grad_accum > 1 else 0)
     loss = loss_bytes(fp.model_cfg, tokens, loss_chunk_tokens,
@@ -252,7 +258,8 @@ def _from_inputs(inputs: dict) -> tuple[Footprint, dict]:
 
     fp = Footprint(model_config(inputs["model"], inputs["vocab_size"]), inputs["num_params"],
                    inputs["shard_size"], None, inputs["compiled"], inputs["world"],
-                   inputs.get("trainable_params"), inputs.get("lora_dropout", False))
+                   inputs.get("trainable_params"), inputs.get("lora_dropout", False),
+                   inputs.get("replicated_base", False))
     shape = {k: inputs[k] for k in ("micro_batch", "seq_len", "grad_accum", "reduce_dtype",
                                      "accum_dtype", "checkpointing", "zero2", "loss_chunk_tokens")}
     return fp, shape
