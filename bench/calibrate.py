@@ -58,17 +58,16 @@ _LORA = {"lora_rank": 16, "lora_alpha": 32.0, "compile": True, "reshard_after_fo
          "grad_accum": 2}
 _7B, _1B = {"model": "large", **_LORA}, {"model": "small", **_LORA}  # --large-model, --model
 LORA_GRID: list[dict] = [
-    {**_7B, "seq_len": s, "micro_batch_size": m, "activation_checkpointing": True}
-    for s, m in ((2048, 1), (2048, 2), (512, 1), (512, 2), (1024, 1), (1024, 2), (512, 4))
-] + [{**_7B, "seq_len": 512, "micro_batch_size": 1, "activation_checkpointing": True,
-      "shard_base": True}] + [
-    {**_7B, "seq_len": s, "micro_batch_size": m, "activation_checkpointing": False}
-    for s, m in ((512, 1), (512, 2), (1024, 1), (2048, 1))
-] + [
-    {**_1B, "seq_len": s, "micro_batch_size": m, "activation_checkpointing": ac}
-    for s, m, ac in ((2048, 1, True), (2048, 2, True), (1024, 2, True), (2048, 1, False),
-                     (2048, 2, False), (1024, 1, False))
-]
+    {**(_7B if large else _1B), "seq_len": seq, "micro_batch_size": mb,
+     "activation_checkpointing": ac}
+    for large, seq, mb, ac in (
+        (True, 2048, 1, True), (True, 512, 1, False), (True, 512, 4, True), (True, 1024, 2, True),
+        (True, 2048, 2, True), (True, 512, 2, True), (False, 2048, 2, False),
+        (False, 2048, 1, True), (True, 1024, 1, False), (True, 512, 1, True),
+        (False, 1024, 2, True), (False, 1024, 1, False), (True, 512, 2, False),
+        (True, 1024, 1, True), (False, 2048, 2, True), (True, 2048, 1, False))
+] + [{**_7B, "seq_len": 512, "micro_batch_size": 1, "activation_checkpointing": False,
+      "shard_base": True}]
 GRIDS = {"full": GRID, "lora": LORA_GRID}
 
 

@@ -138,16 +138,18 @@ def gathered_bytes(fp: Footprint, zero2: bool) -> int:
 @dataclass(frozen=True)
 class Parts:
     """The estimate's terms in bytes: `static` (every tensor but activations, before the
-    allocator's reserve), raw eager `activations`, and what lies outside torch's allocator."""
+    allocator's reserve), raw eager `activations`, what lies outside torch's allocator, and
+    `resident` bytes held whole from build to the end (no reserve on them)."""
     static: float
     activations: float
     outside: float
     compiled: bool
     checkpointing: bool
+    resident: float = 0.0  # a replicated frozen base: allocated once, no allocator reserve
 
     @property
     def total(self) -> int:
-        return int(STATIC_FACTOR * self.static +
+        return int(self.resident + STATIC_FACTOR * self.static +
                    ACTIVATION_FACTOR[self.compiled, self.checkpointing] *
                    self.activations + self.outside)
 
@@ -157,8 +159,10 @@ def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum:
                    accum_dtype: str | None = None, loss_chunk_tokens: int = 2048) -> Parts:
     tokens = micro_batch * seq_len
     frozen = fp.num_params - fp.trainable
-    state = (16 * fp.trainable + 2 * frozen * (fp.shard_size if fp.replicated_base else 1)
-             ) / fp.shard_size
+    # A replicated base is allocated once, whole, at build and never freed: no allocator reserve
+    # on it (`Parts.resident`); sharded, it is counted with the rest of the state.
+    resident = 2 * frozen if fp.replicated_base else 0
+    state = (16 * fp.trainable + (0 if fp.replicated_base else 2 * frozen)) / fp.shard_size
     accumulated = (REDUCE_BYTES[accum_dtype or reduce_dtype] * fp.trainable
                    if grad_accum > 1 else 0)
     loss = loss_bytes(fp.model_cfg, tokens, loss_chunk_tokens,
@@ -166,7 +170,7 @@ def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum:
     static = state + accumulated + gathered_bytes(fp, zero2) + loss
     outside = (FIXED_GIB + (NCCL_GIB if fp.world > 1 else 0)) * GIB
     activations = activation_bytes(fp.model_cfg, tokens, checkpointing, fp.lora_dropout)
-    return Parts(static, activations, outside, fp.compiled, checkpointing)
+    return Parts(static, activations, outside, fp.compiled, checkpointing, resident)
 
 
 def estimate_bytes(fp: Footprint, **shape) -> int:
