@@ -28,6 +28,8 @@ from training.config import TrainConfig
 KIND = "memory-calibration"
 GIB = 2**30
 LOW, HIGH = -0.10, 0.15  # the estimate within 10% below, or up to 15% above (the safe side)
+# LoRA's tighter band: a 7B base leaves an L4 little room, 15% over would refuse plans that fit
+LORA_LOW, HIGH_LORA = -0.10, 0.05
 
 # TrainConfig overrides per row, every lever explicit so the plan is the row's, not the planner's.
 # Ordered for compile time: compiled rows of one layer graph first (Dynamo recompiles once for a
@@ -194,24 +196,39 @@ def recorded_rows(paths: list[Path]) -> list[dict]:
 
 
 def fit(rows: list[dict]) -> dict:
-    """Least-squares ACTIVATION_FACTOR of training/step/memory.py's form, peak = STATIC_FACTOR x
-    static + ACTIVATION_FACTOR[compiled, checkpointing] x activations + outside, from measured
-    one-GPU rows, with STATIC_FACTOR and FIXED_GIB held (one GPU cannot tell them apart: see
-    training/step/memory.py)."""
+    """ACTIVATION_FACTOR of training/step/memory.py's form, peak = resident + STATIC_FACTOR x
+    static + factor[compiled, checkpointing] x activations + outside, from measured one-GPU rows,
+    with STATIC_FACTOR and FIXED_GIB held (one GPU cannot tell them apart: see
+    training/step/memory.py). Full fine-tuning's by least squares; LoRA's
+    (LORA_ACTIVATION_FACTOR) centred in the band its planner is held to (`centred`)."""
     import numpy as np
 
-    from training.step.memory import FIXED_GIB, STATIC_FACTOR, parts_from
+    from training.step.memory import STATIC_FACTOR, parts_from
 
-    groups: dict[tuple[bool, bool], list[tuple[float, float]]] = {}
+    groups: dict[tuple[bool, bool, bool], list[tuple[float, float, float]]] = {}
     for r in rows:
         p = parts_from(r["inputs"])
-        rest = r["peak_gib"] * GIB - STATIC_FACTOR * p.static - FIXED_GIB * GIB
-        groups.setdefault((p.compiled, p.checkpointing), []).append((float(p.activations), rest))
-    factors = {}
-    for key, pairs in sorted(groups.items()):
-        a, b = (np.array(v, dtype=np.float64) for v in zip(*pairs))
-        factors[key] = float(a @ b / (a @ a))
-    return {"ACTIVATION_FACTOR": factors}
+        peak = r["peak_gib"] * GIB
+        rest = peak - p.resident - STATIC_FACTOR * p.static - p.outside
+        groups.setdefault((p.lora, p.compiled, p.checkpointing), []).append(
+            (float(p.activations), rest, peak))
+    out: dict[str, dict] = {"ACTIVATION_FACTOR": {}, "LORA_ACTIVATION_FACTOR": {}}
+    for (lora, *key), triples in sorted(groups.items()):
+        a, b, peak = (np.array(v, dtype=np.float64) for v in zip(*triples))
+        table = out["LORA_ACTIVATION_FACTOR" if lora else "ACTIVATION_FACTOR"]
+        table[tuple(key)] = centred(a, b, peak) if lora else float(a @ b / (a @ a))
+    return out
+
+
+def centred(activations, rest, peak, low: float = LORA_LOW, high: float = HIGH_LORA) -> float:
+    """The factor f whose errors (f x activations - rest) / peak lie most centrally in
+    [low, high]: the smallest worst distance from the band's middle (a scan in steps of 0.001)."""
+    import numpy as np
+
+    middle = (low + high) / 2
+    grid = np.arange(0.0, 4.0, 0.001)
+    errors = (np.outer(grid, activations) - rest) / peak
+    return float(round(grid[np.abs(errors - middle).max(axis=1).argmin()], 3))
 
 
 def _errors(rows: list[dict]) -> list[float]:
@@ -236,13 +253,12 @@ def report(rows: list[dict]) -> str:
                      f"{(1 + err) * r['peak_gib']:>8.2f} {err:>+7.1%}{flag}")
     lines.append(f"error range {min(errors):+.1%} .. {max(errors):+.1%} (allowed "
                  f"{LOW:+.0%} .. {HIGH:+.0%})")
-    from training.step.memory import ACTIVATION_FACTOR
-
-    fitted = {"ACTIVATION_FACTOR": {**ACTIVATION_FACTOR, **{
-        k: round(f, 3) for k, f in fit(rows)["ACTIVATION_FACTOR"].items()}}}
+    got = fit(rows)
+    fitted = {name: {**getattr(memory, name), **{k: round(f, 3) for k, f in got[name].items()}}
+              for name in got}
     with mock.patch.multiple(memory, **fitted):
         refit = _errors(rows)
-    lines += ["least-squares constants for training/step/memory.py:",
+    lines += ["fitted constants for training/step/memory.py:",
               *(f"    {k} = {v}" for k, v in fitted.items()),
               f"with them: error range {min(refit):+.1%} .. {max(refit):+.1%}"]
     return "\n".join(lines)

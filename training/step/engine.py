@@ -135,7 +135,11 @@ def plan_step(cfg: TrainConfig, model_cfg: PretrainedConfig, counts: tuple[int, 
     world = layout.replicas * layout.shard_size
     fp = Footprint(model_cfg, num_params, layout.shard_size, limit, compiled, world,
                    trainable if spec else None, bool(spec and spec.dropout))
-    if spec:  # a frozen base replicated when it fits: no all-gather of it in any step
+    # One GPU: a frozen base replicated when it fits (no gathered copies, no copy-in/out per
+    # layer and micro-batch). Over several, sharding it trades all-gathers for a larger
+    # micro-batch; which wins there is the step model's to say (bench/step_model.py), so the
+    # base stays sharded.
+    if spec and layout.shard_size == 1:
         try:
             return resolve_plan(cfg, dataclasses.replace(fp, replicated_base=True), world,
                                 layout.shape, on_gpu=on_gpu, headroom=headroom, note=note)

@@ -49,6 +49,14 @@ GIB = 2**30
 STATIC_FACTOR = 1.05
 ACTIVATION_FACTOR = {(False, False): 0.885, (True, False): 0.589,  # (compiled, checkpointing)
                      (False, True): 3.099, (True, True): 1.511}
+# LoRA's (compiled, checkpointing) factors, its own: a frozen base saves what full fine-tuning
+# saves, but the peak's moment differs (no weight gradients, no head gradient). Fit by `python
+# -m bench.calibrate --fit` to the H200 LoRA grid of 2026-12-02 (bench/runs/2026-12-02/
+# i40-lora-calibration.json, 7B at 512..2048 and 1.5B at 1024..2048 tokens, micro-batch 1..4,
+# replicated base; -8.7% .. +3.7% with these values), centred in the band the planner is held
+# to (-10% .. +5%: bench.calibrate `centred`) rather than by least squares, which put one 7B
+# row at +6.5%; eager LoRA keeps full fine-tuning's factors (unmeasured).
+LORA_ACTIVATION_FACTOR = {**ACTIVATION_FACTOR, (True, False): 0.578, (True, True): 1.296}
 FIXED_GIB = 0.75
 NCCL_GIB = 0.5
 
@@ -146,12 +154,17 @@ class Parts:
     compiled: bool
     checkpointing: bool
     resident: float = 0.0  # a replicated frozen base: allocated once, no allocator reserve
+    lora: bool = False  # LoRA's activation factors
+
+    @property
+    def factor(self) -> float:
+        table = LORA_ACTIVATION_FACTOR if self.lora else ACTIVATION_FACTOR
+        return table[self.compiled, self.checkpointing]
 
     @property
     def total(self) -> int:
-        return int(self.resident + STATIC_FACTOR * self.static +
-                   ACTIVATION_FACTOR[self.compiled, self.checkpointing] *
-                   self.activations + self.outside)
+        return int(self.resident + STATIC_FACTOR * self.static + self.factor * self.activations
+                   + self.outside)
 
 
 def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum: int,
@@ -170,7 +183,8 @@ def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum:
     static = state + accumulated + gathered_bytes(fp, zero2) + loss
     outside = (FIXED_GIB + (NCCL_GIB if fp.world > 1 else 0)) * GIB
     activations = activation_bytes(fp.model_cfg, tokens, checkpointing, fp.lora_dropout)
-    return Parts(static, activations, outside, fp.compiled, checkpointing, resident)
+    return Parts(static, activations, outside, fp.compiled, checkpointing, resident,
+                 fp.trainable_params is not None)
 
 
 def estimate_bytes(fp: Footprint, **shape) -> int:
@@ -250,10 +264,17 @@ def _choose_batch(cfg: TrainConfig, fp: Footprint, world: int) -> BatchPlan:
     sequences = cfg.sequences_per_worker(world)
     sizes = [m for m in range(sequences, 0, -1) if sequences % m == 0]
     explicit = cfg.activation_checkpointing
-    for checkpointing in (False, True) if explicit is None else (explicit,):
-        for m in sizes:
-            if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
-                return BatchPlan(m, sequences // m)
+    levels = (False, True) if explicit is None else (explicit,)
+    # (micro-batch, checkpointing) in order of preference. Full fine-tuning: no checkpointing
+    # first. LoRA: the larger micro-batch first; a frozen 7B base's step is launch-bound, each
+    # micro-batch carrying ~200 ms of CPU time whatever its tokens (H200, 2026-12-02: at 512
+    # tokens, mb 4 with checkpointing 9,710 tokens/s against 2,824 for mb 1 without and 4,455
+    # for mb 2 without; at 2048, mb 2 with 12,924 against 11,250 for mb 1 without).
+    order = ([(m, c) for m in sizes for c in levels] if fp.trainable_params is not None else
+             [(m, c) for c in levels for m in sizes])
+    for m, checkpointing in order:
+        if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
+            return BatchPlan(m, sequences // m)
     return BatchPlan(1, sequences)
 
 
