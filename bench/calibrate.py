@@ -275,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     size = len(GRIDS[args.grid])
     if args.rows and not all(i.isdigit() and int(i) < size for i in args.rows.split(",")):
         return refuse(f"--rows takes numbers 0-{size - 1} for --grid {args.grid}")
+    import torch._dynamo
+
+    # Each row builds a new model of its own shape; past Dynamo's default of 8 graphs per code
+    # object the later rows ran their layers eager ("hit config.recompile_limit (8)" in
+    # bench/runs/2026-12-02/i40-lora-l4.log, from the 11th LoRA row on), measuring another plan.
+    torch._dynamo.config.recompile_limit = 64
     with one_rank() as device:
         measure(args, device, environment(device, argv, "bench.calibrate"))
     return 0
