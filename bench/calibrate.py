@@ -14,9 +14,11 @@ current constants and the constants a least-squares fit would give (training/ste
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import sys
+import time
 from pathlib import Path
 
 from bench.command import refuse, start
@@ -26,6 +28,8 @@ from training.config import TrainConfig
 KIND = "memory-calibration"
 GIB = 2**30
 LOW, HIGH = -0.10, 0.15  # the estimate within 10% below, or up to 15% above (the safe side)
+# LoRA's tighter band: a 7B base leaves an L4 little room, 15% over would refuse plans that fit
+LORA_LOW, HIGH_LORA = -0.10, 0.05
 
 # TrainConfig overrides per row, every lever explicit so the plan is the row's, not the planner's.
 # Ordered for compile time: compiled rows of one layer graph first (Dynamo recompiles once for a
@@ -48,15 +52,38 @@ GRID: list[dict] = [
     {"micro_batch_size": 4, "compile": False, **_ZERO3_AC},
 ]
 
+# LoRA (rank 16, all seven projections, a replicated bf16 base as the planner picks it): the
+# shapes the planner must get right for an L4, 7B at 512..2048 and 1.5B at 1024..2048, micro-batch
+# 1 and 2, with and without checkpointing; the most wanted first (a timeout keeps the rows done).
+# "shard_base": the frozen base sharded by FSDP2 instead (the plan before it was replicated).
+_LORA = {"lora_rank": 16, "lora_alpha": 32.0, "compile": True, "reshard_after_forward": True,
+         "grad_accum": 2}
+_7B, _1B = {"model": "large", **_LORA}, {"model": "small", **_LORA}  # --large-model, --model
+LORA_GRID: list[dict] = [
+    {**(_7B if large else _1B), "seq_len": seq, "micro_batch_size": mb,
+     "activation_checkpointing": ac}
+    for large, seq, mb, ac in (
+        (True, 2048, 1, True), (True, 512, 1, False), (True, 512, 4, True), (True, 1024, 2, True),
+        (True, 2048, 2, True), (True, 512, 2, True), (False, 2048, 2, False),
+        (False, 2048, 1, True), (True, 1024, 1, False), (True, 512, 1, True),
+        (False, 1024, 2, True), (False, 1024, 1, False), (True, 512, 2, False),
+        (True, 1024, 1, True), (False, 2048, 2, True), (True, 2048, 1, False))
+] + [{**_7B, "seq_len": 512, "micro_batch_size": 1, "activation_checkpointing": False,
+      "shard_base": True}]
+GRIDS = {"full": GRID, "lora": LORA_GRID}
+
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.calibrate",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="qwen2.5-1.5b")
+    ap.add_argument("--large-model", default="qwen2.5-7b", help="the LoRA grid's large shape")
     ap.add_argument("--seq-len", type=int, default=2048, help="rows that set none")
     ap.add_argument("--steps", type=int, default=2, help="optimizer steps per row")
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="full", help="full fine-tuning's "
+                    "shapes (of --model, --seq-len) or LoRA's (each row names its own)")
     ap.add_argument("--rows", default=None, help="comma-separated row numbers of the grid "
-                    f"(0-{len(GRID) - 1}); default: all")
+                    "(from 0); default: all")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--fit", type=Path, nargs="+", default=None, help="recorded results: print "
                     "each row's error and the fitted constants instead of measuring")
@@ -72,33 +99,64 @@ def estimate_inputs(engine, cfg: TrainConfig) -> dict:
             "seq_len": cfg.seq_len, "grad_accum": plan.grad_accum,
             "reduce_dtype": plan.reduce_dtype, "accum_dtype": plan.accum_dtype,
             "checkpointing": plan.activation_checkpointing,
-            "zero2": not plan.reshard_after_forward, "loss_chunk_tokens": cfg.loss_chunk_tokens}
+            "zero2": not plan.reshard_after_forward, "loss_chunk_tokens": cfg.loss_chunk_tokens,
+            "replicated_base": plan.replicate_base, "lora_dropout": cfg.lora_dropout > 0,
+            "trainable_params": engine.trainable_params if engine.lora else None}
+
+
+def _sharded_base(engine_module):
+    """The engine's planner with the frozen base sharded (a grid row's `shard_base`)."""
+    import contextlib
+    from unittest import mock
+
+    if engine_module is None:
+        return contextlib.nullcontext()
+    plan_step = engine_module.plan_step
+
+    def sharded(*a, **kw):
+        return dataclasses.replace(plan_step(*a, **kw), replicate_base=False)
+
+    return mock.patch.object(engine_module, "plan_step", sharded)
 
 
 def _measure_row(overrides: dict, args: argparse.Namespace, device) -> dict:
     import torch
 
     from training.data.random_tokens import random_batch
+    from training.step import engine as engine_module
     from training.step.engine import build_engine, train_step
     from training.step.memory import estimate_from
     from training.model.model import model_config
 
+    overrides = dict(overrides)
+    shard_base = overrides.pop("shard_base", False)
+    named = {"large": args.large_model, "small": args.model}
+    if "model" in overrides:
+        overrides["model"] = named[overrides["model"]]
     cfg = TrainConfig(**{"model": args.model, "seq_len": args.seq_len, "num_workers": 1,
                          "warmup_steps": 0, **overrides}).validated()
     cuda = device.type == "cuda"
-    row: dict = {"shape": overrides}
+    row: dict = {"shape": {**overrides, **({"shard_base": True} if shard_base else {})}}
     try:
         if cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
             row["leftover_gib"] = torch.cuda.memory_allocated(device) / GIB
         model_cfg = model_config(cfg.model)
-        engine = build_engine(cfg, model_cfg, device)
+        with _sharded_base(engine_module if shard_base else None):
+            engine = build_engine(cfg, model_cfg, device)
         for step in range(args.steps):
             micro = [random_batch(seed=0, rank=0, step=step, micro=m, batch=cfg.micro_batch_size,
                                   seq_len=cfg.seq_len, vocab=model_cfg.vocab_size, repeat=False)
                      for m in range(cfg.grad_accum)]
             train_step(engine, micro, 1e-4, cfg.grad_clip)
+            if cuda:
+                torch.cuda.synchronize(device)
+            if step == 0:  # the steps after the first (which compiles): tokens/s
+                started = time.perf_counter()
+        if args.steps > 1:
+            tokens = (args.steps - 1) * cfg.grad_accum * cfg.micro_batch_size * cfg.seq_len
+            row["tokens_per_s"] = tokens / (time.perf_counter() - started)
         inputs = estimate_inputs(engine, cfg)
         row.update(inputs=inputs, estimated_peak_gib=estimate_from(inputs) / GIB)
         row.update(device_peak(device))
@@ -113,12 +171,15 @@ def _measure_row(overrides: dict, args: argparse.Namespace, device) -> dict:
 
 def measure(args: argparse.Namespace, device, env: dict) -> dict:
     """Every picked row; the JSON is rewritten after each, so a timeout keeps the rows done."""
-    picked = [int(i) for i in args.rows.split(",")] if args.rows else range(len(GRID))
+    grid = GRIDS[args.grid]
+    picked = [int(i) for i in args.rows.split(",")] if args.rows else range(len(grid))
     result = {"kind": KIND, "env": env, "rows": [],
-              "settings": {"model": args.model, "seq_len": args.seq_len, "steps": args.steps}}
+              "settings": {"model": args.model, "seq_len": args.seq_len, "steps": args.steps,
+                           "grid": args.grid}}
     for i in picked:
-        result["rows"].append(_measure_row(GRID[i], args, device))
-        shown = ("shape", "estimated_peak_gib", "peak_gib", "estimate_error", "error_text")
+        result["rows"].append(_measure_row(grid[i], args, device))
+        shown = ("shape", "estimated_peak_gib", "peak_gib", "estimate_error", "tokens_per_s",
+                 "error_text")
         print(json.dumps({k: result["rows"][-1].get(k) for k in shown}), flush=True)
         write_json(result, args.json_out)
     return result
@@ -135,24 +196,39 @@ def recorded_rows(paths: list[Path]) -> list[dict]:
 
 
 def fit(rows: list[dict]) -> dict:
-    """Least-squares ACTIVATION_FACTOR of training/step/memory.py's form, peak = STATIC_FACTOR x
-    static + ACTIVATION_FACTOR[compiled, checkpointing] x activations + outside, from measured
-    one-GPU rows, with STATIC_FACTOR and FIXED_GIB held (one GPU cannot tell them apart: see
-    training/step/memory.py)."""
+    """ACTIVATION_FACTOR of training/step/memory.py's form, peak = resident + STATIC_FACTOR x
+    static + factor[compiled, checkpointing] x activations + outside, from measured one-GPU rows,
+    with STATIC_FACTOR and FIXED_GIB held (one GPU cannot tell them apart: see
+    training/step/memory.py). Full fine-tuning's by least squares; LoRA's
+    (LORA_ACTIVATION_FACTOR) centred in the band its planner is held to (`centred`)."""
     import numpy as np
 
-    from training.step.memory import FIXED_GIB, STATIC_FACTOR, parts_from
+    from training.step.memory import STATIC_FACTOR, parts_from
 
-    groups: dict[tuple[bool, bool], list[tuple[float, float]]] = {}
+    groups: dict[tuple[bool, bool, bool], list[tuple[float, float, float]]] = {}
     for r in rows:
         p = parts_from(r["inputs"])
-        rest = r["peak_gib"] * GIB - STATIC_FACTOR * p.static - FIXED_GIB * GIB
-        groups.setdefault((p.compiled, p.checkpointing), []).append((float(p.activations), rest))
-    factors = {}
-    for key, pairs in sorted(groups.items()):
-        a, b = (np.array(v, dtype=np.float64) for v in zip(*pairs))
-        factors[key] = float(a @ b / (a @ a))
-    return {"ACTIVATION_FACTOR": factors}
+        peak = r["peak_gib"] * GIB
+        rest = peak - p.resident - STATIC_FACTOR * p.static - p.outside
+        groups.setdefault((p.lora, p.compiled, p.checkpointing), []).append(
+            (float(p.activations), rest, peak))
+    out: dict[str, dict] = {"ACTIVATION_FACTOR": {}, "LORA_ACTIVATION_FACTOR": {}}
+    for (lora, *key), triples in sorted(groups.items()):
+        a, b, peak = (np.array(v, dtype=np.float64) for v in zip(*triples))
+        table = out["LORA_ACTIVATION_FACTOR" if lora else "ACTIVATION_FACTOR"]
+        table[tuple(key)] = centred(a, b, peak) if lora else float(a @ b / (a @ a))
+    return out
+
+
+def centred(activations, rest, peak, low: float = LORA_LOW, high: float = HIGH_LORA) -> float:
+    """The factor f whose errors (f x activations - rest) / peak lie most centrally in
+    [low, high]: the smallest worst distance from the band's middle (a scan in steps of 0.001)."""
+    import numpy as np
+
+    middle = (low + high) / 2
+    grid = np.arange(0.0, 4.0, 0.001)
+    errors = (np.outer(grid, activations) - rest) / peak
+    return float(round(grid[np.abs(errors - middle).max(axis=1).argmin()], 3))
 
 
 def _errors(rows: list[dict]) -> list[float]:
@@ -177,13 +253,12 @@ def report(rows: list[dict]) -> str:
                      f"{(1 + err) * r['peak_gib']:>8.2f} {err:>+7.1%}{flag}")
     lines.append(f"error range {min(errors):+.1%} .. {max(errors):+.1%} (allowed "
                  f"{LOW:+.0%} .. {HIGH:+.0%})")
-    from training.step.memory import ACTIVATION_FACTOR
-
-    fitted = {"ACTIVATION_FACTOR": {**ACTIVATION_FACTOR, **{
-        k: round(f, 3) for k, f in fit(rows)["ACTIVATION_FACTOR"].items()}}}
+    got = fit(rows)
+    fitted = {name: {**getattr(memory, name), **{k: round(f, 3) for k, f in got[name].items()}}
+              for name in got}
     with mock.patch.multiple(memory, **fitted):
         refit = _errors(rows)
-    lines += ["least-squares constants for training/step/memory.py:",
+    lines += ["fitted constants for training/step/memory.py:",
               *(f"    {k} = {v}" for k, v in fitted.items()),
               f"with them: error range {min(refit):+.1%} .. {max(refit):+.1%}"]
     return "\n".join(lines)
@@ -197,8 +272,15 @@ def main(argv: list[str] | None = None) -> int:
             return refuse("no measured calibration rows in those files")
         print(report(rows))
         return 0
-    if args.rows and not all(i.isdigit() and int(i) < len(GRID) for i in args.rows.split(",")):
-        return refuse(f"--rows takes numbers 0-{len(GRID) - 1}")
+    size = len(GRIDS[args.grid])
+    if args.rows and not all(i.isdigit() and int(i) < size for i in args.rows.split(",")):
+        return refuse(f"--rows takes numbers 0-{size - 1} for --grid {args.grid}")
+    import torch._dynamo
+
+    # Each row builds a new model of its own shape; past Dynamo's default of 8 graphs per code
+    # object the later rows ran their layers eager ("hit config.recompile_limit (8)" in
+    # bench/runs/2026-12-02/i40-lora-l4.log, from the 11th LoRA row on), measuring another plan.
+    torch._dynamo.config.recompile_limit = 64
     with one_rank() as device:
         measure(args, device, environment(device, argv, "bench.calibrate"))
     return 0

@@ -21,6 +21,12 @@
 #            vs 1.5B LoRA vs 7B LoRA (LARGE, random init) under --memory-budget-gib 22: tokens/s,
 #            peak against the planner's estimate, loss on the shipped set (bench.lora).
 #            CPU rehearsal: MODEL=tiny LARGE=tiny SEQ=64 OUT=/tmp/out bash bench/device-run.sh lora
+#   lora-l4  one GPU, under 10 minutes, side by side: the naive PEFT baseline (LARGE at seq 2048,
+#            mb 2, whole GPU), ours under --memory-budget-gib 22 at seq 2048 and at 512 (one step
+#            profiled), then the LoRA calibration grid (bench.calibrate --grid lora: LARGE at
+#            512..2048, MODEL at 1024..2048, micro-batch 1, 2 (4), with and without
+#            checkpointing, tokens/s each; the most wanted rows first).
+#            CPU rehearsal: MODEL=tiny LARGE=tiny OUT=/tmp/out bash bench/device-run.sh lora-l4
 #   dpo      one GPU, under 4 minutes: a DPO step (--objective dpo) of 7B LoRA (LARGE, reference =
 #            adapters off) under --memory-budget-gib 22, 1.5B full fine-tuning under it (the
 #            planner's refusal) and on the whole GPU (reference table first): tokens/s, peak
@@ -37,7 +43,7 @@
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|dpo|preempt|harness}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|lora-l4|dpo|preempt|harness}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2} LARGE=${LARGE:-qwen2.5-7b}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -128,6 +134,19 @@ lora)  # one GPU: LoRA on FSDP2 ; the 7B row at 512 tokens: its bf16 base alone 
   timeout 340 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --seq-len "$SEQ" \
     --large-seq-len 512 --steps 12 --memory-budget-gib 22 \
     --json-out "$OUT/lora.json" 2>&1 | tee -a "$OUT/lora.log"
+  ;;
+lora-l4)  # one GPU: naive PEFT vs ours under an L4's budget, the same call; the LoRA grid
+  timeout 100 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --steps 5 \
+    --runs naive-large --large-seq-len 2048 --naive-micro-batch 2 \
+    --json-out "$OUT/lora-naive.json" 2>&1 | tee "$OUT/lora-l4.log"
+  timeout 100 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --steps 6 \
+    --runs lora-large --large-seq-len 2048 --memory-budget-gib 22 \
+    --json-out "$OUT/lora-l4-2048.json" 2>&1 | tee -a "$OUT/lora-l4.log"
+  timeout 100 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --steps 6 \
+    --runs lora-large --large-seq-len 512 --memory-budget-gib 22 --profile-dir "$OUT" \
+    --json-out "$OUT/lora-l4-512.json" 2>&1 | tee -a "$OUT/lora-l4.log"
+  timeout 230 python3 -m bench.calibrate --grid lora --model "$MODEL" --large-model "$LARGE" \
+    --steps 3 --json-out "$OUT/lora-calibration.json" 2>&1 | tee -a "$OUT/lora-l4.log"
   ;;
 dpo)  # one GPU: a DPO step, 7B LoRA under 22 GiB and 1.5B full (the 7B row at 512 tokens)
   timeout 230 python3 -m bench.dpo --model "$MODEL" --large-model "$LARGE" --seq-len "$SEQ" \

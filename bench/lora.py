@@ -13,6 +13,9 @@ gradient norm was finite. Runs, in this order (the most wanted first, should tim
                the row (one GPU cannot hold 16 bytes a parameter under an L4's budget: 1.5B
                needs 24.7 GB before activations)
   full         the same on the whole GPU
+  naive-large  the baseline: the lora-large shape as plain PEFT on the whole GPU (Hugging Face
+               gradient checkpointing, full logits; bench/naive_peft.py), micro-batches of
+               --naive-micro-batch
 The built-in shapes are random-init: the losses compare how fast each setting fits the data
 from the same start, not what a pretrained model reaches.
 """
@@ -35,7 +38,7 @@ from training.config import TrainConfig
 
 KIND = "lora"
 GIB = 2**30
-RUNS = ("lora-large", "lora", "full-budget", "full")
+RUNS = ("lora-large", "lora", "full-budget", "full", "naive-large")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,20 +53,24 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=1e-4, help="full fine-tuning's peak")
     ap.add_argument("--lora-lr", type=float, default=1e-3, help="LoRA's peak")
     ap.add_argument("--memory-budget-gib", type=float, default=22.0)
-    ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {RUNS}")
+    ap.add_argument("--naive-micro-batch", type=int, default=2)
+    ap.add_argument("--runs", default=",".join(RUNS[:4]), help=f"comma-separated, of {RUNS}")
+    ap.add_argument("--profile-dir", type=Path, default=None, help="profile one more step of "
+                    "each LoRA run there (bench/step_profile.py: trace and breakdown in the row)")
     ap.add_argument("--json-out", type=Path, default=None)
     return ap
 
 
 def run_config(args: argparse.Namespace, run: str) -> TrainConfig:
-    lora, large = run.startswith("lora"), run == "lora-large"
+    lora, large = run.startswith(("lora", "naive")), run.endswith("-large")
     seq = args.large_seq_len if large else args.seq_len
     return TrainConfig(
         model=args.large_model if large else args.model, seq_len=seq, num_workers=1,
         tokens_per_step=args.sequences * seq, steps=args.steps, warmup_steps=2,
         lr=args.lora_lr if lora else args.lr, lora_rank=args.lora_rank if lora else 0,
         lora_alpha=2.0 * args.lora_rank, tokenizer="bytes",
-        memory_budget_gib=None if run == "full" else args.memory_budget_gib).validated()
+        memory_budget_gib=None if run in ("full", "naive-large") else args.memory_budget_gib
+    ).validated()
 
 
 def _samples(seq_len: int, directory: str):
@@ -82,32 +89,47 @@ def _samples(seq_len: int, directory: str):
     return Samples(fs, directory)
 
 
-def _train(engine, cfg: TrainConfig, samples) -> dict:
-    """The run's steps: losses, gradient norms finite, tokens/s after the first step."""
+def _train(engine, cfg: TrainConfig, samples, profile: Path | None = None) -> dict:
+    """The run's steps: losses, gradient norms finite, tokens/s after the first step; with
+    `profile`, one more step under the torch profiler, its trace written there and its
+    breakdown (bench/step_profile.py) in the row."""
     from training.step.engine import mean_across_ranks, train_step
     from training.step.schedule import Schedule
 
     plan, schedule = engine.plan, Schedule.from_config(cfg)
     losses, finite, seen, started = [], True, 0, time.perf_counter()
-    for step in range(1, cfg.steps + 1):
-        micro = [samples.batch(seen, rank=0, world=1, micro=m, batch=plan.micro_batch_size)
-                 for m in range(plan.grad_accum)]
+
+    def batches() -> list:
+        nonlocal seen
         seen += plan.micro_batch_size * plan.grad_accum
-        losses.append(mean_across_ranks(train_step(engine, micro, schedule.lr(step),
+        return [samples.batch(seen, rank=0, world=1, micro=m, batch=plan.micro_batch_size)
+                for m in range(plan.grad_accum)]
+
+    for step in range(1, cfg.steps + 1):
+        losses.append(mean_across_ranks(train_step(engine, batches(), schedule.lr(step),
                                                    cfg.grad_clip)))  # syncs the device
         finite = finite and math.isfinite(float(engine.grad_norm))
         if step == 1:
             started = time.perf_counter()
     tokens = (cfg.steps - 1) * plan.micro_batch_size * plan.grad_accum * cfg.seq_len
-    return {"tokens_per_s": tokens / (time.perf_counter() - started), "losses": losses,
-            "first_loss": losses[0], "last_loss": sum(losses[-3:]) / len(losses[-3:]),
-            "grad_norms_finite": finite}
+    out = {"tokens_per_s": tokens / (time.perf_counter() - started), "losses": losses,
+           "first_loss": losses[0], "last_loss": sum(losses[-3:]) / len(losses[-3:]),
+           "grad_norms_finite": finite}
+    if profile:
+        from bench.step_profile import profile_steps
+
+        name = f"{cfg.model}-seq{cfg.seq_len}-mb{plan.micro_batch_size}.json.gz"
+        out["profile"] = profile_steps(
+            lambda micro: train_step(engine, micro, schedule.lr(cfg.steps), cfg.grad_clip),
+            [batches()], engine.device, profile / name)
+    return out
 
 
-def measure_run(cfg: TrainConfig, samples, device, setup=None) -> dict:
+def measure_run(cfg: TrainConfig, samples, device, setup=None, profile: Path | None = None
+                ) -> dict:
     """One run's row; an error (the planner's refusal, an OOM) is the row's `error_text`.
     `setup(engine)`, when given, prepares the built engine and returns the samples to train on
-    (bench/dpo.py: the DPO objective and its reference)."""
+    (bench/dpo.py: the DPO objective and its reference); `profile`: `_train`'s."""
     import torch
 
     from training.model.model import model_config
@@ -124,9 +146,8 @@ def measure_run(cfg: TrainConfig, samples, device, setup=None) -> dict:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         engine = build_engine(cfg, model_config(cfg.model), device)
-        row.update(_train(engine, cfg, setup(engine) if setup else samples))
-        inputs = {**estimate_inputs(engine, cfg), "lora_dropout": cfg.lora_dropout > 0,
-                  "trainable_params": engine.trainable_params if engine.lora else None}
+        row.update(_train(engine, cfg, setup(engine) if setup else samples, profile))
+        inputs = estimate_inputs(engine, cfg)
         row.update(plan=dataclasses.asdict(engine.plan), num_params=engine.num_params,
                    trainable_params=engine.trainable_params, inputs=inputs,
                    estimated_peak_gib=estimate_from(inputs) / GIB, **device_peak(device))
@@ -136,6 +157,29 @@ def measure_run(cfg: TrainConfig, samples, device, setup=None) -> dict:
     except Exception as e:  # a refusal or an OOM is a result row, not a lost run
         row["error_text"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
     gc.collect()
+    return row
+
+
+def measure_naive(cfg: TrainConfig, samples, device, micro_batch: int) -> dict:
+    """The naive PEFT baseline's row (bench/naive_peft.py) on the whole GPU."""
+    import torch
+
+    from bench import naive_peft
+
+    row: dict = {"model": cfg.model, "lora_rank": cfg.lora_rank, "lr": cfg.lr,
+                 "memory_budget_gib": None, "seq_len": cfg.seq_len,
+                 "tokens_per_step": cfg.tokens_per_step}
+    try:
+        if device.type == "cuda":
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        row.update(naive_peft.train(cfg, samples, device, micro_batch), **device_peak(device))
+    except Exception as e:  # an OOM is a result row
+        row["error_text"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     return row
 
 
@@ -149,7 +193,8 @@ def run_all(args: argparse.Namespace, argv: list[str], kind: str, known: tuple[s
         return refuse(f"--runs takes {', '.join(known)}")
     with one_rank() as device, tempfile.TemporaryDirectory(prefix=f"bench-{kind}-") as d:
         result = {"kind": kind, "env": environment(device, argv, f"bench.{kind}"), "rows": [],
-                  "settings": {k: v for k, v in vars(args).items() if k != "json_out"}}
+                  "settings": {k: str(v) if isinstance(v, Path) else v
+                                for k, v in vars(args).items() if k != "json_out"}}
         for run in runs:
             row = {"run": run, **measure(run, d, device)}
             result["rows"].append(row)
@@ -168,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = run_config(args, run)
         if cfg.seq_len not in data:
             data[cfg.seq_len] = _samples(cfg.seq_len, f"{d}/seq{cfg.seq_len}")
-        return measure_run(cfg, data[cfg.seq_len], device)
+        if run == "naive-large":
+            return measure_naive(cfg, data[cfg.seq_len], device, args.naive_micro_batch)
+        return measure_run(cfg, data[cfg.seq_len], device, profile=args.profile_dir)
 
     return run_all(args, argv, KIND, RUNS, measure)
 

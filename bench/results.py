@@ -80,13 +80,14 @@ def calibration_rows(result: dict, name: str) -> list[list[str]]:
         shape = ", ".join(f"{k}={v}" for k, v in r["shape"].items())
         if "error_text" in r or not r.get("peak_gib"):
             out.append(_provenance(env) + [shape, "error: " + r.get("error_text", "no peak"),
-                                           "", "", "", "", f"`{env['command']}`", name])
+                                           "", "", "", "", "", f"`{env['command']}`", name])
             continue
         now = estimate_from(r["inputs"]) / 2**30
         out.append(_provenance(env) + [
             shape, f"{r['peak_gib']:.2f}", f"{r['peak_allocated_gib']:.2f}",
             f"{r['estimated_peak_gib']:.2f}", f"{r['estimate_error']:+.1%}",
-            f"{now / r['peak_gib'] - 1:+.1%}", f"`{env['command']}`", name])
+            f"{now / r['peak_gib'] - 1:+.1%}", fmt(r.get("tokens_per_s"), ",.0f"),
+            f"`{env['command']}`", name])
     return out
 
 
@@ -113,16 +114,19 @@ def lora_rows(result: dict, name: str) -> list[list[str]]:
             continue
         p = r["plan"]
         plan = f"{p['micro_batch_size']} x {p['grad_accum']}" + (
-            ", AC" if p["activation_checkpointing"] else "")
-        now = estimate_from(r["inputs"]) / 2**30
-        measured = [fmt(r.get("peak_gib"), ".2f"), f"{r['estimated_peak_gib']:.2f}",
-                    fmt(r.get("estimate_error"), "+.1%"),
-                    fmt(now / r["peak_gib"] - 1 if r.get("peak_gib") else None, "+.1%")]
+            ", naive PEFT" if "naive" in p else ", AC" if p["activation_checkpointing"] else "")
+        if "naive" in p:  # bench/naive_peft.py: no planner, no estimate
+            measured = [fmt(r.get("peak_gib"), ".2f"), "-", "-", "-"]
+        else:
+            now = estimate_from(r["inputs"]) / 2**30
+            measured = [fmt(r.get("peak_gib"), ".2f"), f"{r['estimated_peak_gib']:.2f}",
+                        fmt(r.get("estimate_error"), "+.1%"),
+                        fmt(now / r["peak_gib"] - 1 if r.get("peak_gib") else None, "+.1%")]
+        finite = r["grad_norms_finite"] if "grad_norms_finite" in r else r["losses_finite"]
         out.append(_provenance(env) + what + [
             plan, f"{r['trainable_params'] / 1e6:,.1f}M", f"{r['tokens_per_s']:,.0f}", *measured,
             f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}" +
-            ("" if r["grad_norms_finite"] else " (non-finite grad norm)"),
-            f"`{env['command']}`", name])
+            ("" if finite else " (non-finite)"), f"`{env['command']}`", name])
     return out
 
 
@@ -150,9 +154,11 @@ SECTIONS = {
     "memory-calibration": ("Memory planner against measured peaks (`python -m bench.calibrate`)",
                            "Peak: `max_memory_reserved` plus device memory outside torch's "
                            "allocator; the estimate's error when recorded, and with today's "
-                           "constants (training/step/memory.py; allowed -10% .. +15%).",
+                           "constants (training/step/memory.py; allowed -10% .. +15%, LoRA "
+                           "rows -10% .. +5%); tokens/s: the steps after the first (LoRA grid).",
                            PROVENANCE + ["shape", "peak GiB", "allocated GiB", "estimate GiB",
-                                         "error then", "error now", "command", "json"],
+                                         "error then", "error now", "tokens/s", "command",
+                                         "json"],
                            calibration_rows),
     "lora": ("LoRA against full fine-tuning on one GPU (`python -m bench.lora`)",
              "The job's engine on one GPU under the budget (22 GiB: the L4 proxy), the shipped "

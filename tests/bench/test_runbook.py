@@ -26,5 +26,7 @@ def test_runbook_benchmark_modules_accept_its_flags():
     assert {m for m, _ in calls} >= {"bench.precision", "bench.calibrate", "bench.checkpoints",
                                      "bench.loading"}
     for module, flags in calls:
-        flags = flags.replace('"$MODEL"', "tiny").replace('"$SEQ"', "32").replace("$OUT", "/tmp")
+        for var, value in (('"$MODEL"', "tiny"), ('"$LARGE"', "tiny"), ('"$SEQ"', "32"),
+                           ("$OUT", "/tmp")):
+            flags = flags.replace(var, value)
         importlib.import_module(module).build_parser().parse_args(shlex.split(flags))

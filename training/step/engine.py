@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from transformers import PretrainedConfig
 
 from training.model import lora, loading
 from training.config import TrainConfig
+from training.errors import ConfigError
 from training.data.packing import Batch
 from training.model.loss import label_count
 from training.step.metrics import flops_per_token
@@ -36,6 +38,8 @@ class Plan:
     mesh: str  # replicas x shard group size: "1x8" is plain FSDP, "2x4" HSDP over two nodes
     reduce_dtype: str
     accum_dtype: str  # what the unsharded gradients accumulate in across micro-batches
+    # LoRA: the frozen bf16 base whole on every GPU, outside FSDP2 (parallelize.shard_model)
+    replicate_base: bool = False
 
     @property
     def replicas(self) -> int:
@@ -107,7 +111,8 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
     shard_model(model, device, mesh=mesh, reshard_after_forward=plan.reshard_after_forward,
                 activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile,
                 reduce_dtype=plan.reduce_dtype, accum_dtype=plan.accum_dtype,
-                prefetch_layers=cfg.prefetch_layers, policy=policy)
+                prefetch_layers=cfg.prefetch_layers, policy=policy,
+                replicate_frozen=plan.replicate_base)
     load = None if is_builtin(cfg.model) else Load.of(loading.load_sharded(
         model, loading.rank0_state(cfg.model, model_cfg, dist.get_rank(), base_dtype, prepare),
         device, started))
@@ -130,6 +135,16 @@ def plan_step(cfg: TrainConfig, model_cfg: PretrainedConfig, counts: tuple[int, 
     world = layout.replicas * layout.shard_size
     fp = Footprint(model_cfg, num_params, layout.shard_size, limit, compiled, world,
                    trainable if spec else None, bool(spec and spec.dropout))
+    # One GPU: a frozen base replicated when it fits (no gathered copies, no copy-in/out per
+    # layer and micro-batch). Over several, sharding it trades all-gathers for a larger
+    # micro-batch; which wins there is the step model's to say (bench/step_model.py), so the
+    # base stays sharded.
+    if spec and layout.shard_size == 1:
+        try:
+            return resolve_plan(cfg, dataclasses.replace(fp, replicated_base=True), world,
+                                layout.shape, on_gpu=on_gpu, headroom=headroom, note=note)
+        except ConfigError:
+            pass
     return resolve_plan(cfg, fp, world, layout.shape, on_gpu=on_gpu, headroom=headroom, note=note)
 
 
@@ -161,7 +176,8 @@ def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_g
         reshard = checkpointing or fp.limit_bytes is None or not fits(
             fp, cfg, micro_batch=micro, grad_accum=accum, zero2=True)
     return Plan(checkpointing, reshard, on_gpu if cfg.compile is None else cfg.compile,
-                micro, accum, mesh, cfg.reduce_dtype, cfg.accum_dtype or cfg.reduce_dtype)
+                micro, accum, mesh, cfg.reduce_dtype, cfg.accum_dtype or cfg.reduce_dtype,
+                fp.replicated_base)
 
 
 def memory_limit_bytes(cfg: TrainConfig, device: torch.device) -> int | None:

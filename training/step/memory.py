@@ -49,6 +49,14 @@ GIB = 2**30
 STATIC_FACTOR = 1.05
 ACTIVATION_FACTOR = {(False, False): 0.885, (True, False): 0.589,  # (compiled, checkpointing)
                      (False, True): 3.099, (True, True): 1.511}
+# LoRA's (compiled, checkpointing) factors, its own: a frozen base saves what full fine-tuning
+# saves, but the peak's moment differs (no weight gradients, no head gradient). Fit by `python
+# -m bench.calibrate --fit` to the H200 LoRA grid of 2026-12-02 (bench/runs/2026-12-02/
+# i40-lora-calibration.json, 7B at 512..2048 and 1.5B at 1024..2048 tokens, micro-batch 1..4,
+# replicated base; -8.7% .. +3.7% with these values), centred in the band the planner is held
+# to (-10% .. +5%: bench.calibrate `centred`) rather than by least squares, which put one 7B
+# row at +6.5%; eager LoRA keeps full fine-tuning's factors (unmeasured).
+LORA_ACTIVATION_FACTOR = {**ACTIVATION_FACTOR, (True, False): 0.578, (True, True): 1.296}
 FIXED_GIB = 0.75
 NCCL_GIB = 0.5
 
@@ -66,6 +74,9 @@ class Footprint:
     # The rest is a frozen bf16 base: 2 bytes a parameter, no gradient, no Adam state.
     trainable_params: int | None = None
     lora_dropout: bool = False  # each adapted layer keeps a dropped copy of its input and a mask
+    # LoRA: the frozen base whole on every GPU, outside FSDP2 (parallelize.shard_model): 2 bytes a
+    # frozen parameter unsharded, nothing gathered but the adapters
+    replicated_base: bool = False
 
     @property
     def trainable(self) -> int:
@@ -120,6 +131,8 @@ def gathered_bytes(fp: Footprint, zero2: bool) -> int:
     to STATIC_FACTOR, whose 5% on 16 bytes a parameter covers them in every recorded row
     (counting them there too gives -2.7% .. +3.4% instead of -4.0% .. +3.4%, but moves plans
     near a limit, so not without new measurements); a 2-byte frozen base leaves no such margin."""
+    if fp.replicated_base:
+        return 2 * fp.trainable if zero2 else 0
     if zero2:
         return 2 * fp.num_params
     if fp.trainable_params is None:
@@ -133,18 +146,25 @@ def gathered_bytes(fp: Footprint, zero2: bool) -> int:
 @dataclass(frozen=True)
 class Parts:
     """The estimate's terms in bytes: `static` (every tensor but activations, before the
-    allocator's reserve), raw eager `activations`, and what lies outside torch's allocator."""
+    allocator's reserve), raw eager `activations`, what lies outside torch's allocator, and
+    `resident` bytes held whole from build to the end (no reserve on them)."""
     static: float
     activations: float
     outside: float
     compiled: bool
     checkpointing: bool
+    resident: float = 0.0  # a replicated frozen base: allocated once, no allocator reserve
+    lora: bool = False  # LoRA's activation factors
+
+    @property
+    def factor(self) -> float:
+        table = LORA_ACTIVATION_FACTOR if self.lora else ACTIVATION_FACTOR
+        return table[self.compiled, self.checkpointing]
 
     @property
     def total(self) -> int:
-        return int(STATIC_FACTOR * self.static +
-                   ACTIVATION_FACTOR[self.compiled, self.checkpointing] *
-                   self.activations + self.outside)
+        return int(self.resident + STATIC_FACTOR * self.static + self.factor * self.activations
+                   + self.outside)
 
 
 def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum: int,
@@ -152,7 +172,10 @@ def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum:
                    accum_dtype: str | None = None, loss_chunk_tokens: int = 2048) -> Parts:
     tokens = micro_batch * seq_len
     frozen = fp.num_params - fp.trainable
-    state = (16 * fp.trainable + 2 * frozen) / fp.shard_size
+    # A replicated base is allocated once, whole, at build and never freed: no allocator reserve
+    # on it (`Parts.resident`); sharded, it is counted with the rest of the state.
+    resident = 2 * frozen if fp.replicated_base else 0
+    state = (16 * fp.trainable + (0 if fp.replicated_base else 2 * frozen)) / fp.shard_size
     accumulated = (REDUCE_BYTES[accum_dtype or reduce_dtype] * fp.trainable
                    if grad_accum > 1 else 0)
     loss = loss_bytes(fp.model_cfg, tokens, loss_chunk_tokens,
@@ -160,7 +183,8 @@ def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum:
     static = state + accumulated + gathered_bytes(fp, zero2) + loss
     outside = (FIXED_GIB + (NCCL_GIB if fp.world > 1 else 0)) * GIB
     activations = activation_bytes(fp.model_cfg, tokens, checkpointing, fp.lora_dropout)
-    return Parts(static, activations, outside, fp.compiled, checkpointing)
+    return Parts(static, activations, outside, fp.compiled, checkpointing, resident,
+                 fp.trainable_params is not None)
 
 
 def estimate_bytes(fp: Footprint, **shape) -> int:
@@ -240,10 +264,17 @@ def _choose_batch(cfg: TrainConfig, fp: Footprint, world: int) -> BatchPlan:
     sequences = cfg.sequences_per_worker(world)
     sizes = [m for m in range(sequences, 0, -1) if sequences % m == 0]
     explicit = cfg.activation_checkpointing
-    for checkpointing in (False, True) if explicit is None else (explicit,):
-        for m in sizes:
-            if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
-                return BatchPlan(m, sequences // m)
+    levels = (False, True) if explicit is None else (explicit,)
+    # (micro-batch, checkpointing) in order of preference. Full fine-tuning: no checkpointing
+    # first. LoRA: the larger micro-batch first; a frozen 7B base's step is launch-bound, each
+    # micro-batch carrying ~200 ms of CPU time whatever its tokens (H200, 2026-12-02: at 512
+    # tokens, mb 4 with checkpointing 9,710 tokens/s against 2,824 for mb 1 without and 4,455
+    # for mb 2 without; at 2048, mb 2 with 12,924 against 11,250 for mb 1 without).
+    order = ([(m, c) for m in sizes for c in levels] if fp.trainable_params is not None else
+             [(m, c) for c in levels for m in sizes])
+    for m, checkpointing in order:
+        if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
+            return BatchPlan(m, sequences // m)
     return BatchPlan(1, sequences)
 
 
@@ -252,7 +283,8 @@ def _from_inputs(inputs: dict) -> tuple[Footprint, dict]:
 
     fp = Footprint(model_config(inputs["model"], inputs["vocab_size"]), inputs["num_params"],
                    inputs["shard_size"], None, inputs["compiled"], inputs["world"],
-                   inputs.get("trainable_params"), inputs.get("lora_dropout", False))
+                   inputs.get("trainable_params"), inputs.get("lora_dropout", False),
+                   inputs.get("replicated_base", False))
     shape = {k: inputs[k] for k in ("micro_batch", "seq_len", "grad_accum", "reduce_dtype",
                                      "accum_dtype", "checkpointing", "zero2", "loss_chunk_tokens")}
     return fp, shape

@@ -95,9 +95,18 @@ def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_
                 activation_checkpointing: bool, compile_layers: bool = False,
                 mesh: DeviceMesh | None = None, reduce_dtype: str = "fp32",
                 accum_dtype: str | None = None, prefetch_layers: int = 0,
-                policy: MixedPrecisionPolicy | None = None) -> CausalLMWithLoss:
+                policy: MixedPrecisionPolicy | None = None,
+                replicate_frozen: bool = False) -> CausalLMWithLoss:
     """Shard in place over `mesh` (default: the whole default process group) and return the model;
-    `policy` overrides the device's mixed precision (bf16 on CPU, for tests)."""
+    `policy` overrides the device's mixed precision (bf16 on CPU, for tests).
+
+    `replicate_frozen` (LoRA): FSDP2 leaves the frozen parameters alone (`fully_shard`'s
+    `ignored_params`: "not sharded, nor moved to the device during init, nor have their gradients
+    reduced", torch/distributed/fsdp/_fully_shard/_fully_shard.py, torch 2.7 and later), so every
+    rank keeps the whole bf16 base and no step all-gathers it: no gathered copies beside the
+    shards (the root's embeddings and LM head, a layer or two) and no copy-in/all-gather/copy-out
+    per layer and micro-batch, which on one GPU is pure overhead. Only the adapters are sharded
+    and reduce-scattered."""
     kwargs = {"mesh": mesh}
     policy = policy or mixed_precision(device, reduce_dtype, accum_dtype)
     if policy is not None:
@@ -111,8 +120,9 @@ def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_
             layer.compile()
         # The last layer is gathered again right away by backward: keeping it saves one all-gather.
         last = i == len(layers) - 1
-        fully_shard(layer, reshard_after_forward=reshard_after_forward and not last, **kwargs)
-    fully_shard(model, **kwargs)
+        fully_shard(layer, reshard_after_forward=reshard_after_forward and not last,
+                    **kwargs, **_ignored(layer, replicate_frozen))
+    fully_shard(model, **kwargs, **_ignored(model, replicate_frozen))
     # The training step divides its loss by the labelled tokens of all ranks (engine.train_step),
     # so the reduction sums gradients instead of averaging them over ranks, as torchtitan does.
     # A factor of 1 alone becomes NCCL's PREMUL_SUM(1), which gloo refuses; with sum-only
@@ -128,6 +138,13 @@ def shard_model(model: CausalLMWithLoss, device: torch.device, *, reshard_after_
     if prefetch_layers:
         set_prefetch(list(layers), prefetch_layers)
     return model
+
+
+def _ignored(module: nn.Module, replicate_frozen: bool) -> dict:
+    """`fully_shard`'s keyword that keeps `module`'s frozen parameters out of FSDP2."""
+    if not replicate_frozen:
+        return {}
+    return {"ignored_params": {p for p in module.parameters() if not p.requires_grad}}
 
 
 def set_prefetch(layers: list, depth: int) -> None:

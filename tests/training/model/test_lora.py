@@ -115,7 +115,19 @@ def _on_ranks(base: str, ckpt: str, out: str) -> dict:
     r["mixed_before"], r["mixed_after"] = before, _full(mixed)
     r["mixed_dtypes"] = {n: p.dtype for n, p in mixed.model.named_parameters()}
     r["mixed_buffers"] = {n: b.clone() for n, b in mixed.model.named_buffers()}
+    r["placement"], r["replicated"] = _placement(engine), engine.plan.replicate_base
+    sharded = build_engine(cfg, model_config(base), cpu, spec=engine.lora,
+                           plan=dataclasses.replace(engine.plan, replicate_base=False))
+    r["sharded_placement"], r["sharded_losses"] = _placement(sharded), _train(sharded, range(STEPS))
     return r
+
+
+def _placement(engine) -> dict[str, set[str]]:
+    """The tensor types of the frozen and the trainable parameters (DTensor: FSDP2's shards)."""
+    out: dict[str, set[str]] = {"frozen": set(), "trainable": set()}
+    for p in engine.model.parameters():
+        out["trainable" if p.requires_grad else "frozen"].add(type(p.data).__name__)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +196,18 @@ def test_only_the_adapters_train_and_the_base_stays_bitwise_what_from_pretrained
     changed = [k for k in r["trainable"]
                if not torch.equal(r["initial"]["model"][k], r["final"]["model"][k])]
     assert changed == r["trainable"]
+
+
+def test_the_frozen_base_is_replicated_outside_fsdp_and_trains_as_the_sharded_one(ranks):
+    """No memory limit: the planner replicates the frozen base (fully_shard's ignored_params):
+    whole plain tensors on each rank, only the adapters sharded; the sharded base's plan trains
+    the same losses from the same start."""
+    r = ranks[0]
+    assert r["replicated"]
+    assert r["placement"] == {"frozen": {"Tensor"}, "trainable": {"DTensor"}}
+    assert r["sharded_placement"] == {"frozen": {"DTensor"}, "trainable": {"DTensor"}}
+    assert torch.allclose(torch.tensor(r["sharded_losses"]), torch.tensor(r["losses"]),
+                          rtol=1e-5)
 
 
 def test_two_sharded_ranks_equal_peft_in_one_process_in_gradients_losses_and_adapters(

@@ -204,7 +204,7 @@ def test_lora_plans_7b_on_two_l4_nodes_where_full_fine_tuning_cannot_fit():
         (4, 4, True, True)
     shape = dict(micro_batch=micro, seq_len=2048, grad_accum=accum, reduce_dtype="fp32",
                  checkpointing=True, zero2=False)
-    assert 16.0 * GIB < estimate_bytes(fp, **shape) < 16.5 * GIB
+    assert 15.2 * GIB < estimate_bytes(fp, **shape) < 15.7 * GIB  # LoRA factors of 2026-12-02
     lora, dense = estimate_parts(fp, **shape), estimate_parts(full, **shape)
     # Sharded state: 16 bytes an adapter parameter, 2 a frozen one, over the 4 GPUs.
     frozen = num_params - trainable
