@@ -395,6 +395,8 @@ def flag_name(name: str) -> str:
 # workloads/raycluster.py) from the file this variable names; it counts its time to first step
 # from there, so node boot and image pull are included.
 RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
+# A worker pod's Kubernetes node (downward API spec.nodeName, workloads/raycluster.py).
+NODE_NAME_ENV = "NODE_NAME"
 
 # On a preemption the job moves the drain's deadline this much earlier (training/run/preemption.py:
 # Ray Train's watcher polls every 5 s, its controller every 2 s), so Ray Train restarts the workers

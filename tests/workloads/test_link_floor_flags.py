@@ -24,3 +24,11 @@ def test_a_multi_node_run_gets_the_floor_of_its_instance_type_and_strict_efa():
 
 def test_a_one_node_run_has_no_floor():
     assert "--efa-floor-gbps" not in _flags(gpuNodeCount="1")
+
+
+def test_a_worker_knows_its_kubernetes_node_from_the_downward_api():
+    from workloads.raycluster import build_cluster_spec
+
+    worker = build_cluster_spec(stack())["workerGroupSpecs"][0]["template"]["spec"]
+    env = {e["name"]: e for e in worker["containers"][0]["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}

@@ -329,6 +329,7 @@ def _summary(result, storage: Storage, plan: RunPlan,
 
     from training.driver.checks import saved_summary
     from training.evals import cost as harness_cost
+    from training.head import node_events
     from training.run.checkpoint import latest
     from training.run.handoff import SUMMARY_FILE, RunSummary
     from training.run.run_files import RunFiles
@@ -343,7 +344,8 @@ def _summary(result, storage: Storage, plan: RunPlan,
         checkpoint_gib=_size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         run_dir=storage.display(run_dir),
         cold_start=phases(saved.cold_start or {}) if phases else saved.cold_start,
-        harness_gpu_node_usd=harness_cost.summary_usd(saved))  # the price is the head's
+        harness_gpu_node_usd=harness_cost.summary_usd(saved),  # the price is the head's
+        node_events=node_events.read_all(storage.filesystem, run_dir) or None)
     if result is not None:  # one summary: summary.json holds what the last line prints
         RunFiles(storage.filesystem, run_dir).write_json(SUMMARY_FILE, summary.to_dict())
     return summary

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from training.config import NODE_NAME_ENV
 from training.step.metrics import peak_flops
 from training.step.step_time import Links, StepPlan, predict
 
 # The compute rate the prediction assumes: half the datasheet bf16 peak, the step model's default
 # input (bench/MODEL.md; with it the model predicts the AWS sample's L4 run within 4.6%).
 ASSUMED_MFU = 0.5
-NODE_NAME_ENV = "NODE_NAME"  # the Kubernetes node, from the downward API (workloads/raycluster.py)
 
 
 class LinkFloorError(RuntimeError):
