@@ -155,7 +155,7 @@ def show_preview(cfg: TrainConfig, count: int) -> int:
 def run(cfg: TrainConfig) -> RunSummary:
     from training.driver import checks, placement, ray_setup
     from training.driver import plan as run_plan
-    from training.head import cold_start
+    from training.head import cold_start, node_watch
     from training.run.handoff import WorkerInputs
 
     job_started = time.time()
@@ -188,7 +188,9 @@ def run(cfg: TrainConfig) -> RunSummary:
         # From the run's start (node boot and image pull included) until every worker is there.
         inputs = WorkerInputs(plan, run_started_at=run_started,
                               waited_for_workers_s=time.time() - run_started)
-        result = _fit(inputs, storage, use_gpu)
+        # Each node event classified at its notice, while its Node still says why.
+        with node_watch.watching(storage.filesystem, storage.run_dir(cfg.name)):
+            result = _fit(inputs, storage, use_gpu)
     finally:
         if started_here:
             ray.shutdown()
