@@ -22,11 +22,34 @@ class InstanceFacts:
     # Sold as EC2 Capacity Blocks for ML (EC2 user guide, "Capacity Blocks prerequisites"; the EKS
     # user guide's ml/capacity-blocks-mng example uses p5.48xlarge). False = not known to be.
     capacity_blocks: bool = False
+    # The lowest bus bandwidth (GB/s, NCCL-tests' busbw) a healthy link between two such nodes
+    # gives the job's warm-up probe (training/network/link_floor.py); None: no floor (no EFA).
+    # `efa_floor_basis` says whether it was measured or derived, and from what.
+    efa_floor_gbps: float | None = None
+    efa_floor_basis: str | None = None
 
     @property
     def accelerator(self) -> str | None:
         """Value of the `k8s.amazonaws.com/accelerator` node label, e.g. "nvidia-l4"."""
         return self.gpu_model.lower().replace(" ", "-") if self.gpu_model else None
+
+
+# Every EFA floor below is derived, none measured (no EFA hardware has been reachable): half the
+# node's line rate in bytes. The basis: a healthy NCCL all-reduce over the link reaches about 80%
+# of line rate in bus bandwidth (4.0 GB/s of one 40 Gbps EFA link is the step model's default
+# input, and with it the model predicts the AWS sample's published 8 x L4 EFA run within 4.6%:
+# bench/NOTES.md, bench/MODEL.md); 2.5 GB/s is the model's pessimistic input, with which that
+# check is off by 40%. Half of line rate (62% of a healthy link) is below both: a link under it
+# is degraded, not noisy. Replace a derived floor with a measured one when a probe on the
+# instance type says so (the job logs the probe: `link:` and the summary's *_busbw_gbps).
+EFA_FLOOR_SHARE_OF_LINE_RATE = 0.5
+
+
+def _derived_floor(network_gbps: int) -> dict:
+    floor = network_gbps / 8 * EFA_FLOOR_SHARE_OF_LINE_RATE
+    return {"efa_floor_gbps": floor,
+            "efa_floor_basis": f"derived: {EFA_FLOOR_SHARE_OF_LINE_RATE:.0%} of the {network_gbps} "
+                               f"Gbps line rate ({network_gbps / 8:g} GB/s)"}
 
 
 # AWS instance-type data (EC2 docs "Accelerated computing instances" and "EFA supported instance
@@ -35,14 +58,17 @@ INSTANCES: dict[str, InstanceFacts] = {
     "m7i.xlarge": InstanceFacts(vcpus=4, memory_gib=16),
     "m7i.2xlarge": InstanceFacts(vcpus=8, memory_gib=32),
     "g6.12xlarge": InstanceFacts(vcpus=48, memory_gib=192, gpus=4, gpu_model="NVIDIA L4",
-                                 gpu_memory_gib=24, efa_interfaces=1, network_gbps=40),
+                                 gpu_memory_gib=24, efa_interfaces=1, network_gbps=40,
+                                 **_derived_floor(40)),
     "g6.48xlarge": InstanceFacts(vcpus=192, memory_gib=768, gpus=8, gpu_model="NVIDIA L4",
-                                 gpu_memory_gib=24, efa_interfaces=1, network_gbps=100),
+                                 gpu_memory_gib=24, efa_interfaces=1, network_gbps=100,
+                                 **_derived_floor(100)),
     "g6e.12xlarge": InstanceFacts(vcpus=48, memory_gib=384, gpus=4, gpu_model="NVIDIA L40S",
-                                  gpu_memory_gib=48, efa_interfaces=1, network_gbps=100),
+                                  gpu_memory_gib=48, efa_interfaces=1, network_gbps=100,
+                                  **_derived_floor(100)),
     "p5.48xlarge": InstanceFacts(vcpus=192, memory_gib=2048, gpus=8, gpu_model="NVIDIA H100",
                                  gpu_memory_gib=80, efa_interfaces=32, network_gbps=3200,
-                                 capacity_blocks=True),
+                                 capacity_blocks=True, **_derived_floor(3200)),
     "g5.2xlarge": InstanceFacts(vcpus=8, memory_gib=32, gpus=1, gpu_model="NVIDIA A10G",
                                 gpu_memory_gib=24, efa_interfaces=0, network_gbps=10),
 }

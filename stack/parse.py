@@ -73,6 +73,8 @@ SET_BY_THE_STACK = {
     "name": "the run name follows clusterName, model, data and sequence length",
     "expect_transport": "set strictEfa; multi-node runs always expect EFA",
     "address": "the job joins its own Ray cluster",
+    "efa_floor_gbps": "the floor of gpuInstanceType in stack/catalog.py (multi-node runs)",
+    "strict_efa": "set strictEfa",
     "mlflow_tracking_uri": "set the stack key mlflowTrackingUri (the job installs the MLflow "
                            "client only then)",
 }

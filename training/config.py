@@ -170,6 +170,14 @@ class TrainConfig:
         "any", "`efa`: fail unless NCCL uses EFA between nodes")
     on_fallback: Literal["fail", "warn"] = documented(
         "fail", "when NCCL fell back to TCP sockets: stop the job or only warn")
+    efa_floor_gbps: Annotated[float | None, Bounds(gt=0)] = documented(
+        None, "the lowest bus bandwidth (GB/s) a healthy link between the run's nodes gives the "
+        "warm-up probe (the stack sets its instance type's, stack/catalog.py); below it the job "
+        "warns with the slowdown the step-time model predicts, or with --strict-efa stops before "
+        "the first step; default: no check")
+    strict_efa: bool = documented(
+        False, "a link below --efa-floor-gbps stops the job before its first step instead of a "
+        "warning (the stack's strictEfa)")
     export: bool = documented(
         False, "at the end of a run that did not fail, write a Hugging Face model directory "
         "(weights, config, generation config, tokenizer) to <run directory>/hf_model, marked "
@@ -392,6 +400,8 @@ def flag_name(name: str) -> str:
 # The job reads the run's start time (the Ray head writes it as the run's cluster starts,
 # workloads/raycluster.py) from this file: its time to first step includes node boot and pull.
 RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
+# A worker pod's Kubernetes node (downward API spec.nodeName, workloads/raycluster.py).
+NODE_NAME_ENV = "NODE_NAME"
 
 # On a preemption the job moves the drain's deadline this much earlier (training/run/preemption.py:
 # Ray Train's watcher polls every 5 s, its controller every 2 s), so Ray Train restarts the workers

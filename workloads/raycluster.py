@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from stack.config import StackConfig
 from stack.kube import GPU_TOLERATION, HF_TOKEN_SECRET, MLFLOW_SECRET, SERVICE_ACCOUNT
-from training.config import RESTART_MARGIN_S, RUN_STARTED_ENV
+from training.config import NODE_NAME_ENV, RESTART_MARGIN_S, RUN_STARTED_ENV
 
 # Head pod: fits beside the KubeRay operator (100m/512Mi) and the node's DaemonSets on an
 # m7i.xlarge (4 vCPU, 16 GiB, ~3.9 CPU / ~14.5 GiB allocatable).
@@ -123,8 +123,11 @@ def build_cluster_spec(cfg: StackConfig) -> dict:
                      {"containerPort": 8265, "name": "dashboard"},
                      {"containerPort": 10001, "name": "client"}]
     drain = {"name": "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "value": str(DRAIN_S)}
+    # The Kubernetes node a worker runs on (downward API, spec.nodeName): the job names it in
+    # the link floor's message and in its node events (training/run/node_notices.py).
+    node = {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
     worker = _container(cfg, "ray-worker", worker_resources(cfg),
-                        [*nccl_env(cfg), *_pod_env(cfg), drain])
+                        [*nccl_env(cfg), *_pod_env(cfg), drain, node])
     del worker["lifecycle"]  # SIGTERM drains the node (above); a preStop `ray stop` would not
     worker_pod = _pod(worker, dict(cfg.gpu_node_selector), worker_shm, [GPU_TOLERATION])
     worker_pod["spec"]["terminationGracePeriodSeconds"] = GRACE_S

@@ -51,8 +51,11 @@ def job_settings(cfg: StackConfig, storage_uri: str) -> TrainConfig:
     return dataclasses.replace(
         cfg.training, num_workers=cfg.num_workers, use_gpu=True, storage_path=storage_uri,
         name=run_name(cfg), address="auto", mlflow_tracking_uri=cfg.mlflow_tracking_uri,
-        # Traffic crosses nodes: anything but EFA is a failure.
-        expect_transport="efa" if cfg.gpu_node_count > 1 else "any")
+        # Traffic crosses nodes: anything but EFA is a failure, and a link below the instance
+        # type's floor is warned about, or with strictEfa stops the run before its first step.
+        expect_transport="efa" if cfg.gpu_node_count > 1 else "any",
+        efa_floor_gbps=cfg.gpu.efa_floor_gbps if cfg.gpu_node_count > 1 else None,
+        strict_efa=cfg.strict_efa)
 
 
 def entrypoint_args(cfg: StackConfig, storage_uri: str) -> list[str]:

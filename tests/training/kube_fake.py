@@ -89,6 +89,26 @@ def node(name: str, created: float, ready: float) -> dict:
                  "lastHeartbeatTime": ts(ready), "lastTransitionTime": ts(ready)}]}}
 
 
+
+def failing(node_obj: dict, condition: str, reason: str, message: str, since: float) -> dict:
+    """`node_obj` with a monitoring-agent condition False, as the agent's exporter sets it
+    (aws/eks-node-monitoring-agent pkg/manager/node_exporter.go Fatal: Status False, the
+    monitor's Reason and Message; e.g. monitors/nvidia/dcgm/dcgm_policies.go handleXidFinding:
+    NvidiaXID79Error, "detected XID-79 on the instance, review kernel logs for additional
+    information.")."""
+    sick = copy.deepcopy(node_obj)
+    sick["status"]["conditions"].append(
+        {"type": condition, "status": "False", "reason": reason, "message": message,
+         "lastHeartbeatTime": ts(since), "lastTransitionTime": ts(since)})
+    return sick
+
+
+def xid_node(name: str, since: float, xid: int = 79) -> dict:
+    """A Ready GPU node whose GPU fell off the bus (a well-known XID: Replace)."""
+    return failing(node(name, since - 3600, since - 3500), "AcceleratedHardwareReady",
+                   f"NvidiaXID{xid}Error", f"detected XID-{xid} on the instance, review kernel "
+                   "logs for additional information.", since)
+
 def event(obj: dict, reason: str, message: str, first: float, last: float | None = None,
           component: str = "kubelet", kind: str = "Normal", count: int = 1) -> dict:
     """A core/v1 Event as client-go's recorder writes it (tools/record)."""

@@ -327,8 +327,9 @@ def test_the_stack_sets_every_setting_it_keeps_from_the_training_object(code):
     from training.config import TrainConfig
     from workloads.rayjob import job_settings
 
-    # The dev stack (two nodes, so EFA is expected) with tracking on.
-    job = job_settings(stack(mlflowTrackingUri="http://mlflow.internal:5000"), S3)
+    # The dev stack (two nodes, so EFA is expected) with tracking and strict EFA on.
+    job = job_settings(stack(mlflowTrackingUri="http://mlflow.internal:5000", strictEfa="true"),
+                       S3)
     defaults = TrainConfig()
     assert {f: getattr(job, f) for f in SET_BY_THE_STACK
             if getattr(job, f) == getattr(defaults, f)} == {}

@@ -165,7 +165,7 @@ def show_preview(cfg: TrainConfig, count: int) -> int:
 def run(cfg: TrainConfig) -> RunSummary:
     from training.driver import checks, placement, ray_setup
     from training.driver import plan as run_plan
-    from training.head import cold_start
+    from training.head import cold_start, node_watch
     from training.run.handoff import WorkerInputs
 
     job_started = time.time()
@@ -198,7 +198,9 @@ def run(cfg: TrainConfig) -> RunSummary:
         # From the run's start (node boot and image pull included) until every worker is there.
         inputs = WorkerInputs(plan, run_started_at=run_started,
                               waited_for_workers_s=time.time() - run_started)
-        result = _fit(inputs, storage, use_gpu)
+        # Each node event classified at its notice, while its Node still says why.
+        with node_watch.watching(storage.filesystem, storage.run_dir(cfg.name)):
+            result = _fit(inputs, storage, use_gpu)
     finally:
         if started_here:
             ray.shutdown()
@@ -339,6 +341,7 @@ def _summary(result, storage: Storage, plan: RunPlan,
 
     from training.driver.checks import saved_summary
     from training.evals import cost as harness_cost
+    from training.head import node_events
     from training.run.checkpoint import latest
     from training.run.handoff import SUMMARY_FILE, RunSummary
     from training.run.run_files import RunFiles
@@ -353,7 +356,8 @@ def _summary(result, storage: Storage, plan: RunPlan,
         checkpoint_gib=_size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         run_dir=storage.display(run_dir),
         cold_start=phases(saved.cold_start or {}) if phases else saved.cold_start,
-        harness_gpu_node_usd=harness_cost.summary_usd(saved))  # the price is the head's
+        harness_gpu_node_usd=harness_cost.summary_usd(saved),  # the price is the head's
+        node_events=node_events.read_all(storage.filesystem, run_dir) or None)
     if result is not None:  # one summary: summary.json holds what the last line prints
         RunFiles(storage.filesystem, run_dir).write_json(SUMMARY_FILE, summary.to_dict())
     return summary

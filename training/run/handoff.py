@@ -126,6 +126,9 @@ class RunSummary:
     allreduce_busbw_gbps: float | None = None
     comm_share: float | None = None
     exposed_comm_share: float | None = None
+    # Drains of the run's nodes, across attempts, oldest first: time, reason (repair,
+    # spot-reclaim, drained) and detail, Ray and Kubernetes nodes, step saved (head/node_events.py)
+    node_events: list | None = None
     # --objective dpo: TRL's rewards/* of the last log point, and its eval_rewards/* when it
     # evaluated (model/rewards.py)
     preference: dict | None = None

@@ -16,7 +16,7 @@ from training.config import RANDOM_DATA, TrainConfig
 from training.data.packing import Samples
 from training.data.prepare import PreparedData
 from training.data.random_tokens import random_batch
-from training.network import bandwidth, transport
+from training.network import bandwidth, link_floor, transport
 from training.run import checkpoint, preemption, reference_logps
 from training.run.evaluate import Evaluator
 from training.run.facts import LinkShares, RunFacts
@@ -27,6 +27,7 @@ from training.run.trainer import BatchAt, Trainer
 from training.run.worker import worker_context
 from training.step.engine import build_engine
 from training.step.memory import BatchPlan
+from training.step.step_time import StepPlan
 
 
 def train_func(loop_config: dict) -> None:
@@ -62,12 +63,34 @@ def train_func(loop_config: dict) -> None:
         batch_at = _batches(cfg, batch, rank, world, plan.model.vocab_size, data)
         evaluator = Evaluator.for_run(fs, data and data.eval, cfg, batch, rank, world)
     marks["model_ready"] = time.time()
+    probe = _probe_link(cfg, engine, plan.model.num_hidden_layers, rank, world, device)
     facts = RunFacts(world, saved.step if saved else None, link.verdict, link.nodes, preflight,
                      engine.num_params, engine.plan, inputs.waited_for_workers_s, engine.load,
-                     LinkShares(**bandwidth.probe(engine.mesh, device)), marks)
+                     LinkShares(**probe), marks)
     hooks = FaultHooks.for_rank(cfg, resumed=saved is not None, rank=rank, world=world)
     Trainer(cfg, engine, batch_at, state, schedule, facts, rank, inputs.run_started_at,
             evaluator, hooks).train()
+
+
+def _probe_link(cfg: TrainConfig, engine, layers: int, rank: int, world: int,
+                device: torch.device) -> dict:
+    """The warm-up link probe and, with --efa-floor-gbps, its check against the floor (stops
+    the run with --strict-efa; rank 0 warns otherwise), timed: it must stay cheap."""
+    started = time.monotonic()
+    probe = bandwidth.probe(engine.mesh, device)
+    if cfg.efa_floor_gbps is None:
+        return probe
+    p = engine.plan
+    step = StepPlan(engine.num_params, layers, p.replicas, world // p.replicas, p.reduce_dtype,
+                    not p.reshard_after_forward, p.micro_batch_size, p.grad_accum, cfg.seq_len,
+                    p.activation_checkpointing)
+    verdict = link_floor.check(probe, step, cfg.efa_floor_gbps, cfg.strict_efa,
+                               engine.flops_per_token, device)
+    if rank == 0:
+        took = time.monotonic() - started
+        print(f"WARNING: {verdict.message()}" if verdict.below else
+              f"link floor: {verdict.describe()}, checked in {took:.2f} s", flush=True)
+    return probe
 
 
 def _check_network(cfg: TrainConfig, rank: int, device: torch.device):

@@ -37,6 +37,8 @@ import ray
 import ray.train
 
 from training.config import RESTART_MARGIN_S
+from training.run import node_notices
+from training.run.run_files import RunFiles
 
 REASON = "DRAIN_NODE_REASON_PREEMPTION"
 KEEPER_POLL_S = 1.0
@@ -136,8 +138,13 @@ class Preemptions:
         started = time.monotonic()
         save_now()
         took = time.monotonic() - started
+        kube_nodes = node_notices.kube_nodes_of(notice.nodes)
         if self.rank == 0:
             drain(notice.nodes, time.time() + 1, "training job: checkpoint saved, restart now")
+            try:  # the summary's record of it: never the end of the run
+                node_notices.record(RunFiles.from_context(), notice.nodes, kube_nodes, step)
+            except Exception as e:  # noqa: BLE001 - storage hiccup: the run goes on
+                print(f"WARNING: the node event was not recorded: {e}", flush=True)
             left = notice.left_s()
             print(f"preemption: step {step} saved in {took:.1f} s"
                   + (f", {left:.0f} s before the deadline" if left is not None else "")

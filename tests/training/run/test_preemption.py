@@ -65,11 +65,12 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def add_node(self) -> subprocess.Popen:
-        """A worker node with room for the run's two workers."""
+    def add_node(self, **env: str) -> subprocess.Popen:
+        """A worker node with room for the run's two workers (`env`: more of its environment,
+        which its workers inherit)."""
         return self._start(["--address", self.address, "--num-cpus", "2"],
                            f"node{len(self.procs)}",
-                           {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(SIGTERM_DRAIN_S)})
+                           {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(SIGTERM_DRAIN_S), **env})
 
     def drain(self, node_id: str, deadline_s: int) -> None:
         subprocess.run([RAY, "drain-node", "--address", self.address, "--node-id", node_id,
