@@ -86,7 +86,7 @@ def test_training_imports_no_deployment_code_and_no_benchmark():
 
 
 STDLIB_MODULES = ("training.config", "training.field_types", "training.flags", "training.errors",
-                  "training.settings", "training.run_names")
+                  "training.settings", "training.run_names", "training.pod_contract")
 
 
 @pytest.mark.parametrize("module", STDLIB_MODULES)

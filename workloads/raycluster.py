@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from stack.config import StackConfig
 from stack.kube import GPU_TOLERATION, HF_TOKEN_SECRET, MLFLOW_SECRET, SERVICE_ACCOUNT
-from training.config import NODE_NAME_ENV, RESTART_MARGIN_S, RUN_STARTED_ENV
+from training.pod_contract import NODE_NAME_ENV, RESTART_MARGIN_S, RUN_STARTED_ENV
 
 # Head pod: fits beside the KubeRay operator (100m/512Mi) and the node's DaemonSets on an
 # m7i.xlarge (4 vCPU, 16 GiB, ~3.9 CPU / ~14.5 GiB allocatable).
@@ -17,7 +17,7 @@ NODE_MEMORY_FRACTION = 0.85
 SHM_FRACTION = 0.3  # /dev/shm for NCCL and the data loaders, out of the pod's memory
 NCCL_NET_EFA = "Libfabric"
 # The head records when it started (once its image is on the system node, long before the GPU
-# nodes are up) in this file, which the job reads (training.config.RUN_STARTED_ENV), so its time
+# nodes are up) in this file, which the job reads (training.pod_contract.RUN_STARTED_ENV), so its time
 # to first step includes node boot and image pull. In the ray-logs volume: the first start of the
 # pod counts, not a container restart.
 RUN_STARTED_FILE = "/tmp/ray/run-started-at"

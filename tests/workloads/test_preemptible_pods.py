@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.workloads.test_manifests import env, stack
-from training.config import RESTART_MARGIN_S
+from training.pod_contract import RESTART_MARGIN_S
 from training.head.scaleup import CAPACITY_TYPE_ENV, QUOTA_ENV
 from workloads.raycluster import build_cluster_spec
 from workloads.scaleup_watch import watch_container

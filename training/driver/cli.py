@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Callable
 
 # Only what parsing needs at import time: `python -m training --help` answers without torch,
 # transformers or Ray (10-28 s of imports); each step of `run` imports its own layer.
-from training.config import RANDOM_DATA, RUN_STARTED_ENV, ConfigError, TrainConfig, exclusive
+from training.config import RANDOM_DATA, ConfigError, TrainConfig, exclusive
+from training.pod_contract import RUN_STARTED_ENV
 from training.data.synthetic import SHIPPED
 from training.data.tokenize import BYTES
 from training import run_names

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from training.config import NODE_NAME_ENV
+from training.pod_contract import NODE_NAME_ENV
 from training.step.metrics import peak_flops
 from training.step.step_time import Links, StepPlan, predict
 

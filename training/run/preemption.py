@@ -36,7 +36,7 @@ from typing import Callable
 import ray
 import ray.train
 
-from training.config import RESTART_MARGIN_S
+from training.pod_contract import RESTART_MARGIN_S
 from training.run import node_notices
 from training.run.run_files import RunFiles
 

@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from tests.training.inproc import run_ranks
-from training.config import RESTART_MARGIN_S
+from training.pod_contract import RESTART_MARGIN_S
 from training.run import preemption
 
 
