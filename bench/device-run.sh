@@ -35,6 +35,11 @@
 #   preempt  one GPU, about 2 minutes: a preemption's checkpoint, one rank's shards of the 1.5B
 #            run on 8 workers written (local disk and /dev/shm) and copied to local storage
 #            (bench.emergency_save; the S3 upload itself: the same command from a GPU pod)
+#   preempt-poll one GPU, under 3 minutes: what the per-step preemption check costs: 300 calls of
+#            ray.train.get_preemption_info() beside a barrier and an all_reduce, then the job
+#            (POLL_MODEL, default qwen2.5-0.5b, eager) with and without polls, A/B/A/B
+#            (bench.preemption_poll). CPU rehearsal:
+#            POLL_MODEL=tiny SEQ=64 OUT=/tmp/out bash bench/device-run.sh preempt-poll
 #   harness  one GPU, about 2 minutes: lm-eval seconds per 100 examples (bench.harness_time)
 #            CPU rehearsal: MODEL=tiny OUT=/tmp/out bash bench/device-run.sh harness
 # Afterwards, here: copy $OUT's JSON into bench/runs/<date>/ and run `python -m bench.results`
@@ -43,7 +48,7 @@
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|lora-l4|dpo|preempt|harness}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|lora-l4|dpo|preempt|preempt-poll|harness}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2} LARGE=${LARGE:-qwen2.5-7b}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -157,6 +162,12 @@ preempt)  # one GPU: how long one rank's preemption checkpoint takes
   timeout 200 python3 -m bench.emergency_save --model "$MODEL" --world 8 --repeats 2 \
     --storage-path /tmp/emergency-save-storage --json-out "$OUT/emergency-save.json" \
     2>&1 | tee "$OUT/preempt.log"
+  ;;
+preempt-poll)  # one GPU: the poll's cost per call and in the job's step (JSON kept per run)
+  timeout 175 python3 -m bench.preemption_poll --num-workers 1 --calls 300 \
+    --model "${POLL_MODEL:-qwen2.5-0.5b}" --seq-len "$SEQ" --micro-batch-size 4 --steps 30 \
+    --pairs 2 --storage-path /tmp/preemption-poll-bench \
+    --json-out "$OUT/preemption-poll.json" 2>&1 | tee "$OUT/preempt-poll.log"
   ;;
 harness)  # one GPU, about 2 minutes: lm-eval's seconds per 100 examples of the shipped task for
   # the default shape (bench.harness_time); needs lm_eval 0.4.13 installed there (no PyPI)

@@ -1,4 +1,5 @@
-"""bench/RESULTS.md holds GPU measurements only, each row rendered from its JSON in bench/runs/."""
+"""bench/RESULTS.md holds GPU measurements (and, for the kinds in CPU_SHOWN, CPU ones marked as
+such), each row rendered from its JSON in bench/runs/."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def test_every_row_names_a_gpu_result_json_in_the_repository():
     for row in rows:
         name = row.rstrip(" |").rsplit("| ", 1)[1]
         result = json.loads((REPO / "bench" / name).read_text())
-        assert result["env"]["date"] in row and results.on_gpu(result), row
+        assert result["env"]["date"] in row, row
+        if not results.on_gpu(result):  # a kind whose CPU rows count, said in the row itself
+            assert results.kind(result) in results.CPU_SHOWN and "| CPU (gloo) x" in row, row
 
 
 def _bench_json(gpu: bool) -> dict:
@@ -75,3 +78,34 @@ def test_lora_rows_show_plan_peak_against_estimate_loss_and_refusals(tmp_path):
     assert "| lora | tiny | 16 | 22 | 8 x 64 | 8 x 1 | 0.0M | 1,234 | 1.00 | 0.90 |" in lines[0]
     assert "| -10.0% |" in lines[0] and "| 6.200 -> 5.100 |" in lines[0]
     assert "| full-budget | tiny | - | 22 | 8 x 64 | error: ConfigError: micro-batch 1" in lines[1]
+
+
+def _poll_json(gpu: bool) -> dict:
+    """A result as bench/preemption_poll.py writes it."""
+    env = {**_bench_json(gpu)["env"], "world_size": 2, "command": "python -m bench.preemption_poll"}
+    calls = [{"measured": m, "backend": "gloo", "workers": 2, "calls": 300, "median_ms": ms,
+              "p95_ms": 2 * ms} for m, ms in (("get_preemption_info", 1.5),
+                                              ("dist.barrier", 0.25))]
+    runs = [{"pair": 0, "polls": polls, "steps": 40} for polls in (True, False)]
+    pairs = [{"pair": 0, "with_ms": 52.0, "without_ms": 50.0, "difference_ms": 2.0,
+              "share": 0.04, "loadavg_1m": [3.25, 2.5]}]
+    return {"kind": "preemption-poll", "env": env, "settings": {}, "calls": calls,
+            "runs": runs, "pairs": pairs}
+
+
+def test_the_preemption_check_shows_its_cpu_rows_marked_as_cpu(tmp_path):
+    runs = tmp_path / "runs" / "2026-12-02"
+    runs.mkdir(parents=True)
+    (runs / "poll-cpu.json").write_text(json.dumps(_poll_json(gpu=False)))
+    (runs / "bench-cpu.json").write_text(json.dumps(_bench_json(gpu=False)))  # still left out
+    text = results.render(tmp_path / "runs")
+    rows = [r for r in text.splitlines() if r.endswith("| runs/2026-12-02/poll-cpu.json |")]
+    assert len(rows) == 3 and all("| CPU (gloo) x2 |" in r for r in rows)
+    assert "| get_preemption_info | 300 | 1.500 | 3.000 |" in rows[0]
+    assert "| job step, pair 1 | 40 steps |  |  | 52.0 | 50.0 | +2.0 (+4.0%) | 3.2 / 2.5 |" \
+        in rows[2]
+    assert "bench-cpu.json" not in text
+    (runs / "poll-gpu.json").write_text(json.dumps(_poll_json(gpu=True)))
+    gpu_rows = [r for r in results.render(tmp_path / "runs").splitlines()
+                if r.endswith("poll-gpu.json |")]
+    assert len(gpu_rows) == 3 and all("| NVIDIA H200 x2 |" in r for r in gpu_rows)
