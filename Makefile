@@ -13,8 +13,5 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 demo: $(VENV)/.installed  ## train the tiny model on the shipped sample text, local Ray, 2 CPU workers
 	$(PY) -m training --demo
 
-# Three pytest-xdist workers on CI's two cores: the Ray runs spend most of their wall time waiting
-# (worker start-up, health checks, drains), so three overlap that waiting; the local two-node Ray
-# clusters share one worker (their xdist_group). `$(PY) -m pytest FILE` runs serially as usual.
 test: $(VENV)/.installed  ## the whole suite: config, Pulumi mocks, CRD validation, real Ray runs
-	$(PY) -m pytest -n 3 --dist loadgroup
+	$(PY) -m pytest

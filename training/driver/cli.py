@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 def demo_epilog() -> str:
     """--help's defaults are a cluster run's; this names what --local and --demo change."""
     return ("--local changes these defaults: " + _flags(LOCAL_DEFAULTS) + "; --demo also: " +
-            _flags(DEMO_DEFAULTS))
+            _flags(DEMO_DEFAULTS) + f", and names the run {DEMO_NAME} ({DEMO_NAME}-<key> with "
+            "another model, data, --seq-len, LoRA or objective)")
 
 
 def _flags(values: dict) -> str:

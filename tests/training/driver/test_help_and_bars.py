@@ -14,7 +14,8 @@ def test_help_names_what_demo_changes():
     text = " ".join(cli.build_parser().format_help().split())
     assert "--local changes these defaults: --model tiny, --num-workers 2, --no-use-gpu, " \
         "no --address" in text
-    assert "--demo also: --data " in text and "--tokenizer bytes, --name demo" in text
+    assert "--demo also: --data " in text and "--tokenizer bytes," in text
+    assert "and names the run demo (demo-<key> with another model" in text
     assert "--export" in text.split("--demo also:")[1]
 
 

@@ -79,7 +79,8 @@ def _on_ranks(base: str, ckpt: str, out: str) -> dict:
     (one spawn costs more than all of it)."""
     from training.run import checkpoint, export
     from training.run.run_files import RunFiles
-    from training.step.engine import build_engine
+    from training.step.engine import build_engine, plan_step
+    from training.step.mesh import MeshLayout
     from training.step.parallelize import precision_policy
 
     cfg, cpu = _cfg(base), torch.device("cpu")
@@ -116,9 +117,14 @@ def _on_ranks(base: str, ckpt: str, out: str) -> dict:
     r["mixed_dtypes"] = {n: p.dtype for n, p in mixed.model.named_parameters()}
     r["mixed_buffers"] = {n: b.clone() for n, b in mixed.model.named_buffers()}
     r["placement"], r["replicated"] = _placement(engine), engine.plan.replicate_base
-    sharded = build_engine(cfg, model_config(base), cpu, spec=engine.lora,
-                           plan=dataclasses.replace(engine.plan, replicate_base=False))
-    r["sharded_placement"], r["sharded_losses"] = _placement(sharded), _train(sharded, range(STEPS))
+    replicated = build_engine(cfg, model_config(base), cpu, spec=engine.lora,
+                              plan=dataclasses.replace(engine.plan, replicate_base=True))
+    r["replicated_placement"] = _placement(replicated)
+    r["replicated_losses"] = _train(replicated, range(STEPS))
+    r["one_gpu_plan"] = plan_step(cfg, model_config(base), (engine.num_params,
+                                  engine.trainable_params), engine.lora,
+                                  MeshLayout(((0,),), "one GPU"), None,
+                                  on_gpu=False).replicate_base
     return r
 
 
@@ -199,14 +205,14 @@ def test_only_the_adapters_train_and_the_base_stays_bitwise_what_from_pretrained
 
 
 def test_the_frozen_base_is_replicated_outside_fsdp_and_trains_as_the_sharded_one(ranks):
-    """No memory limit: the planner replicates the frozen base (fully_shard's ignored_params):
-    whole plain tensors on each rank, only the adapters sharded; the sharded base's plan trains
-    the same losses from the same start."""
+    """The planner replicates the frozen base (fully_shard's ignored_params) on a one-GPU shard
+    group only; over two ranks it stays sharded. Replicated: whole plain tensors on each rank,
+    only the adapters sharded, the same losses as the sharded base's from the same start."""
     r = ranks[0]
-    assert r["replicated"]
-    assert r["placement"] == {"frozen": {"Tensor"}, "trainable": {"DTensor"}}
-    assert r["sharded_placement"] == {"frozen": {"DTensor"}, "trainable": {"DTensor"}}
-    assert torch.allclose(torch.tensor(r["sharded_losses"]), torch.tensor(r["losses"]),
+    assert r["one_gpu_plan"] and not r["replicated"]
+    assert r["placement"] == {"frozen": {"DTensor"}, "trainable": {"DTensor"}}
+    assert r["replicated_placement"] == {"frozen": {"Tensor"}, "trainable": {"DTensor"}}
+    assert torch.allclose(torch.tensor(r["replicated_losses"]), torch.tensor(r["losses"]),
                           rtol=1e-5)
 
 

@@ -31,10 +31,6 @@ from tests.conftest import REPO
 from tests.training.conftest import free_port
 from training.run.checkpoint import MARKER, dir_name
 
-# The suite runs under pytest-xdist (Makefile): the local two-node clusters, each timing drains
-# against deadlines, run one after another on one worker, never beside each other.
-pytestmark = pytest.mark.xdist_group("two-node-ray")
-
 RAY = str(Path(sys.executable).parent / "ray")
 TAG = "EKS_RAY_TRAIN_TEST_CLUSTER"  # in every process of the cluster: how teardown finds them
 NOTICE_S = 25  # the first drain's deadline: > RESTART_MARGIN_S + a notice + a tiny save

@@ -9,13 +9,7 @@ from __future__ import annotations
 
 import signal
 
-import pytest
-
 from tests.training.run.test_preemption import cluster, finish, wait_for  # noqa: F401 (fixture)
-
-# The suite runs under pytest-xdist (Makefile): the local two-node clusters, each timing drains
-# against deadlines, run one after another on one worker, never beside each other.
-pytestmark = pytest.mark.xdist_group("two-node-ray")
 
 
 def test_a_preemption_while_the_model_loads_resumes_without_touching_max_failures(cluster,

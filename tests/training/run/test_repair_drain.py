@@ -22,16 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import REPO
 from tests.training import kube_fake
 from tests.training.run.test_preemption import JOB, Cluster, losses
 from workloads.rbac import head_rbac
-
-# The suite runs under pytest-xdist (Makefile): the local two-node clusters, each timing drains
-# against deadlines, run one after another on one worker, never beside each other.
-pytestmark = pytest.mark.xdist_group("two-node-ray")
 
 SICK, SPARE = "ip-10-0-2-20", "ip-10-0-2-21"
 # The driver as on the Ray head, with its service account pointing at the fake API server.

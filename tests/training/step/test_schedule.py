@@ -58,7 +58,8 @@ def test_start_state_of_a_fresh_run_and_of_a_resumed_one():
 
 def test_resuming_on_other_data_is_refused_with_the_fix():
     saved = checkpoint.RunState(step=4, data="abc", schedule=Schedule(1e-3, 0, 8).to_dict())
-    with pytest.raises(checkpoint.CheckpointError, match="use the same --data.*or a new --name"):
+    with pytest.raises(checkpoint.CheckpointError,
+                       match="train on the data it saw, or start a new run with another --name"):
         start_state(TrainConfig(steps=8), saved, "def")
 
 
