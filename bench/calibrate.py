@@ -99,7 +99,7 @@ def estimate_inputs(engine, cfg: TrainConfig) -> dict:
             "seq_len": cfg.seq_len, "grad_accum": plan.grad_accum,
             "reduce_dtype": plan.reduce_dtype, "accum_dtype": plan.accum_dtype,
             "checkpointing": plan.activation_checkpointing,
-            "zero2": not plan.reshard_after_forward, "loss_chunk_tokens": cfg.loss_chunk_tokens,
+            "zero2": not plan.reshard_after_forward, "loss_chunk_tokens": plan.loss_chunk_tokens,
             "replicated_base": plan.replicate_base, "lora_dropout": cfg.lora_dropout > 0,
             "trainable_params": engine.trainable_params if engine.lora else None}
 

@@ -25,7 +25,7 @@
 #            mb 2, whole GPU), ours under --memory-budget-gib 22 at seq 2048 and at 512 (one step
 #            profiled), then the LoRA calibration grid (bench.calibrate --grid lora: LARGE at
 #            512..2048, MODEL at 1024..2048, micro-batch 1, 2 (4), with and without
-#            checkpointing, tokens/s each; the most wanted rows first).
+#            checkpointing, tokens/s each; the most wanted rows first; LORA_GRID=0 skips it).
 #            CPU rehearsal: MODEL=tiny LARGE=tiny OUT=/tmp/out bash bench/device-run.sh lora-l4
 #   dpo      one GPU, under 4 minutes: a DPO step (--objective dpo) of 7B LoRA (LARGE, reference =
 #            adapters off) under --memory-budget-gib 22, 1.5B full fine-tuning under it (the
@@ -150,8 +150,9 @@ lora-l4)  # one GPU: naive PEFT vs ours under an L4's budget, the same call; the
   timeout 100 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --steps 6 \
     --runs lora-large --large-seq-len 512 --memory-budget-gib 22 --profile-dir "$OUT" \
     --json-out "$OUT/lora-l4-512.json" 2>&1 | tee -a "$OUT/lora-l4.log"
-  timeout 230 python3 -m bench.calibrate --grid lora --model "$MODEL" --large-model "$LARGE" \
-    --steps 3 --json-out "$OUT/lora-calibration.json" 2>&1 | tee -a "$OUT/lora-l4.log"
+  [ "${LORA_GRID:-1}" = 0 ] || timeout 230 python3 -m bench.calibrate --grid lora \
+    --model "$MODEL" --large-model "$LARGE" --steps 3 --json-out "$OUT/lora-calibration.json" \
+    2>&1 | tee -a "$OUT/lora-l4.log"
   ;;
 dpo)  # one GPU: a DPO step, 7B LoRA under 22 GiB and 1.5B full (the 7B row at 512 tokens)
   timeout 230 python3 -m bench.dpo --model "$MODEL" --large-model "$LARGE" --seq-len "$SEQ" \

@@ -103,9 +103,10 @@ def checkpoint_rows(result: dict, name: str) -> list[list[str]]:
 
 def lora_rows(result: dict, name: str) -> list[list[str]]:
     """LoRA against full fine-tuning (`python -m bench.lora`), one row per run."""
+    from training.config import TrainConfig
     from training.step.memory import estimate_from
 
-    env = result["env"]
+    env, default_chunk = result["env"], TrainConfig().loss_chunk_tokens
     out = []
     for r in result["rows"]:
         what = [r["run"], r["model"], str(r["lora_rank"] or "-"), fmt(r["memory_budget_gib"], "g"),
@@ -117,6 +118,8 @@ def lora_rows(result: dict, name: str) -> list[list[str]]:
         p = r["plan"]
         plan = f"{p['micro_batch_size']} x {p['grad_accum']}" + (
             ", naive PEFT" if "naive" in p else ", AC" if p["activation_checkpointing"] else "")
+        if p.get("loss_chunk_tokens") not in (None, default_chunk):
+            plan += f", loss chunk {p['loss_chunk_tokens']}"  # the planner's smaller one
         if "naive" in p:  # bench/naive_peft.py: no planner, no estimate
             measured = [fmt(r.get("peak_gib"), ".2f"), "-", "-", "-"]
         else:

@@ -120,6 +120,7 @@ class RunSummary:
     mesh: str | None = None
     reduce_dtype: str | None = None
     accum_dtype: str | None = None
+    loss_chunk_tokens: int | None = None  # the fused loss's chunk the plan used
     replicate_base: bool | None = None  # LoRA: the frozen base whole on each GPU
     # Is the link the bottleneck? (training.network.device_time.LINK_FIELDS)
     allgather_busbw_gbps: float | None = None

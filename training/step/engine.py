@@ -38,6 +38,9 @@ class Plan:
     mesh: str  # replicas x shard group size: "1x8" is plain FSDP, "2x4" HSDP over two nodes
     reduce_dtype: str
     accum_dtype: str  # what the unsharded gradients accumulate in across micro-batches
+    # the fused loss's chunk: --loss-chunk-tokens, or a smaller one for a larger LoRA
+    # micro-batch (memory.loss_chunks)
+    loss_chunk_tokens: int
     # LoRA: the frozen bf16 base whole on every GPU, outside FSDP2 (parallelize.shard_model)
     replicate_base: bool = False
 
@@ -107,7 +110,7 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
     if plan is None:
         plan = plan_step(cfg, model_cfg, (num_params, trainable), spec, layout, limit,
                          on_gpu=device.type == "cuda")
-    model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens, compile_loss=plan.compile)
+    model = CausalLMWithLoss(lm, plan.loss_chunk_tokens, compile_loss=plan.compile)
     shard_model(model, device, mesh=mesh, reshard_after_forward=plan.reshard_after_forward,
                 activation_checkpointing=plan.activation_checkpointing, compile_layers=plan.compile,
                 reduce_dtype=plan.reduce_dtype, accum_dtype=plan.accum_dtype,
@@ -168,16 +171,17 @@ def resolve_plan(cfg: TrainConfig, fp: Footprint, world: int, mesh: str, *, on_g
     frugal end exceeds `headroom` of the limit: by default the whole limit, a certain OOM."""
     batch = plan_batch(cfg, fp, world, headroom=headroom, note=note)
     micro, accum = batch.micro_batch_size, batch.grad_accum
+    chunk = cfg.loss_chunk_tokens if batch.loss_chunk_tokens is None else batch.loss_chunk_tokens
+    shape = {"micro_batch": micro, "grad_accum": accum, "loss_chunk_tokens": chunk}
     checkpointing = cfg.activation_checkpointing
     if checkpointing is None:
-        checkpointing = not fits(fp, cfg, micro_batch=micro, grad_accum=accum)
+        checkpointing = not fits(fp, cfg, **shape)
     reshard = cfg.reshard_after_forward
     if reshard is None:
-        reshard = checkpointing or fp.limit_bytes is None or not fits(
-            fp, cfg, micro_batch=micro, grad_accum=accum, zero2=True)
+        reshard = checkpointing or fp.limit_bytes is None or not fits(fp, cfg, **shape, zero2=True)
     return Plan(checkpointing, reshard, on_gpu if cfg.compile is None else cfg.compile,
                 micro, accum, mesh, cfg.reduce_dtype, cfg.accum_dtype or cfg.reduce_dtype,
-                fp.replicated_base)
+                chunk, fp.replicated_base)
 
 
 def memory_limit_bytes(cfg: TrainConfig, device: torch.device) -> int | None:

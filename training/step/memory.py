@@ -34,6 +34,7 @@ from training.config import TrainConfig
 from training.errors import ConfigError
 
 HEADROOM = 0.9
+MIN_LOSS_CHUNK = 512  # tokens: below this a chunk's GEMM is small enough to cost launches
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 GIB = 2**30
 
@@ -193,29 +194,49 @@ def estimate_bytes(fp: Footprint, **shape) -> int:
 
 
 def _shape(cfg: TrainConfig, micro_batch: int, grad_accum: int, checkpointing: bool,
-           zero2: bool) -> dict:
+           zero2: bool, loss_chunk_tokens: int | None) -> dict:
     return {"micro_batch": micro_batch, "seq_len": cfg.seq_len, "grad_accum": grad_accum,
             "reduce_dtype": cfg.reduce_dtype, "accum_dtype": cfg.accum_dtype,
             "checkpointing": checkpointing, "zero2": zero2,
-            "loss_chunk_tokens": cfg.loss_chunk_tokens}
+            "loss_chunk_tokens": cfg.loss_chunk_tokens if loss_chunk_tokens is None
+            else loss_chunk_tokens}
 
 
 def fits(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum: int,
-         checkpointing: bool = False, zero2: bool = False) -> bool:
-    """True on CPU (no limit) or when the estimate is within 90% of the limit."""
+         checkpointing: bool = False, zero2: bool = False,
+         loss_chunk_tokens: int | None = None) -> bool:
+    """True on CPU (no limit) or when the estimate is within 90% of the limit
+    (`loss_chunk_tokens` None: --loss-chunk-tokens)."""
     if fp.limit_bytes is None:
         return True
-    need = estimate_bytes(fp, **_shape(cfg, micro_batch, grad_accum, checkpointing, zero2))
+    need = estimate_bytes(fp, **_shape(cfg, micro_batch, grad_accum, checkpointing, zero2,
+                                       loss_chunk_tokens))
     return need <= HEADROOM * fp.limit_bytes
+
+
+def loss_chunks(cfg: TrainConfig, fp: Footprint) -> tuple[int, ...]:
+    """The fused loss's chunk sizes the planner may use, largest first: --loss-chunk-tokens,
+    and for LoRA also its half and quarter down to MIN_LOSS_CHUNK. A LoRA step is launch-bound,
+    so a larger micro-batch is worth far more than a large chunk: at 7B, seq 2048 under an L4's
+    22 GiB, micro-batch 2 ran 1.56x micro-batch 1 at a 19.5 GiB peak, yet with 2,048-token
+    chunks its estimate (20.2 GiB) was over the 19.8 allowed; one chunk's fp32 logits and
+    bf16 gradient are 1.7 GiB at 2,048 tokens of Qwen2.5's vocabulary (H200, 2026-12-02,
+    bench/runs/2026-12-02/i40-lora-l4-2048.json and the mb-2 run beside it). Full
+    fine-tuning keeps the flag's chunk: its plans are measured with it."""
+    chunk = cfg.loss_chunk_tokens
+    if fp.trainable_params is None or not chunk:
+        return (chunk,)
+    return (chunk, *(chunk >> i for i in (1, 2) if chunk >> i >= MIN_LOSS_CHUNK))
 
 
 def cannot_fit(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum: int,
                headroom: float = HEADROOM) -> str | None:
-    """Why this plan cannot fit even with activation checkpointing and ZeRO-3 (the frugal end of
-    every lever), or None when it can (or there is no limit)."""
+    """Why this plan cannot fit even with activation checkpointing, ZeRO-3 and the smallest
+    loss chunk (the frugal end of every lever), or None when it can (or there is no limit)."""
     if fp.limit_bytes is None:
         return None
-    need = estimate_bytes(fp, **_shape(cfg, micro_batch, grad_accum, True, False))
+    need = estimate_bytes(fp, **_shape(cfg, micro_batch, grad_accum, True, False,
+                                       loss_chunks(cfg, fp)[-1]))
     if need <= headroom * fp.limit_bytes:
         return None
     fix = ("--seq-len, or add workers" if cfg.tokens_per_step else
@@ -231,6 +252,9 @@ class BatchPlan:
     read by the driver's check, the engine, the loop and the evaluation."""
     micro_batch_size: int
     grad_accum: int
+    # The fused loss's chunk when the planner chose one below --loss-chunk-tokens so that a
+    # larger LoRA micro-batch fits (`loss_chunks`); None: the flag's.
+    loss_chunk_tokens: int | None = None
 
     def samples_per_step(self, world: int) -> int:
         """Samples every rank together consumes in one optimizer step."""
@@ -259,10 +283,11 @@ def plan_batch(cfg: TrainConfig, fp: Footprint, world: int, *, headroom: float =
 
 
 def _choose_batch(cfg: TrainConfig, fp: Footprint, world: int) -> BatchPlan:
-    if cfg.tokens_per_step is None:
-        return BatchPlan(cfg.micro_batch_size, cfg.grad_accum)
-    sequences = cfg.sequences_per_worker(world)
-    sizes = [m for m in range(sequences, 0, -1) if sequences % m == 0]
+    if cfg.tokens_per_step is None:  # the flags' batch; only the loss chunk is the planner's
+        sizes, sequences = [cfg.micro_batch_size], cfg.micro_batch_size * cfg.grad_accum
+    else:
+        sequences = cfg.sequences_per_worker(world)
+        sizes = [m for m in range(sequences, 0, -1) if sequences % m == 0]
     explicit = cfg.activation_checkpointing
     levels = (False, True) if explicit is None else (explicit,)
     # (micro-batch, checkpointing) in order of preference. Full fine-tuning: no checkpointing
@@ -270,12 +295,17 @@ def _choose_batch(cfg: TrainConfig, fp: Footprint, world: int) -> BatchPlan:
     # micro-batch carrying ~200 ms of CPU time whatever its tokens (H200, 2026-12-02: at 512
     # tokens, mb 4 with checkpointing 9,710 tokens/s against 2,824 for mb 1 without and 4,455
     # for mb 2 without; at 2048, mb 2 with 12,924 against 11,250 for mb 1 without).
-    order = ([(m, c) for m in sizes for c in levels] if fp.trainable_params is not None else
-             [(m, c) for c in levels for m in sizes])
-    for m, checkpointing in order:
-        if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing):
-            return BatchPlan(m, sequences // m)
-    return BatchPlan(1, sequences)
+    # LoRA's chunk shrinks before checkpointing is turned on (`loss_chunks`).
+    chunks = loss_chunks(cfg, fp)
+    order = ([(m, c, k) for m in sizes for c in levels for k in chunks]
+             if fp.trainable_params is not None else
+             [(m, c, chunks[0]) for c in levels for m in sizes])
+    for m, checkpointing, chunk in order:
+        if fits(fp, cfg, micro_batch=m, grad_accum=sequences // m, checkpointing=checkpointing,
+                loss_chunk_tokens=chunk):
+            return BatchPlan(m, sequences // m,
+                             None if chunk == cfg.loss_chunk_tokens else chunk)
+    return BatchPlan(sizes[-1], sequences // sizes[-1])
 
 
 def _from_inputs(inputs: dict) -> tuple[Footprint, dict]:

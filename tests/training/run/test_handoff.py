@@ -13,7 +13,7 @@ from training.step.engine import Load, Plan
 
 PLAN = Plan(activation_checkpointing=False, reshard_after_forward=True, compile=False,
             micro_batch_size=2, grad_accum=3, mesh="1x2", reduce_dtype="fp32",
-            accum_dtype="fp32")
+            accum_dtype="fp32", loss_chunk_tokens=2048)
 
 
 def _facts() -> RunFacts:

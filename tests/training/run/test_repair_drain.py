@@ -73,8 +73,11 @@ def test_a_repair_drain_resumes_from_the_step_in_progress_and_shows_in_the_summa
                           "--checkpoint-every", "4", "--hold-at-step", "2",
                           "--efa-floor-gbps", "1e-6")  # below any link: the check passes
             _wait_for(run / "test-hooks/held-at-step-2", job, 400)  # a busy machine: slow
-            _join(c, SPARE)  # the repair's replacement, in the cluster before the drain
+            # The agent marks the node at the XID; repair drains it 10 minutes later (EKS user
+            # guide, nodes/node-repair.adoc), so the condition is there before the drain.
             kube.world["nodes"][0] = kube_fake.xid_node(SICK, time.time())
+            _join(c, SPARE)  # the repair's replacement, in the cluster before the drain
+            early = sorted(p.name for p in (run / "node-events").glob("*"))
             sick.send_signal(signal.SIGTERM)  # the drain's eviction, at PID 1 of the pod
             _wait_for(run / "node-events", job, 120, "*.reason.json")
             kube.world["nodes"].pop(0)  # replaced: its Node is gone long before the summary
@@ -84,7 +87,8 @@ def test_a_repair_drain_resumes_from_the_step_in_progress_and_shows_in_the_summa
         shutil.rmtree(root, ignore_errors=True)
     [event] = s["node_events"]
     assert (event["reason"], event["detail"]) == (
-        "repair", "AcceleratedHardwareReady=False (NvidiaXID79Error)"), event
+        "repair", "AcceleratedHardwareReady=False (NvidiaXID79Error)"), (
+        event, f"node events before the drain: {early}", out[-6000:])
     assert event["kube_nodes"] == [SICK] and event["step_saved"] == 2
     assert t0 < event["time"] <= event["classified_at"] < event["time"] + 30
     # Step 2, the one in progress at the drain, saved (the only checkpoint before step 4) and
