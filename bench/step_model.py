@@ -9,7 +9,8 @@ communication-free forward + backward) or derived from a compute rate.
 The overlap rule: FSDP issues one collective per layer group and computes layer by layer, so
 compute c and communication m of a phase (one micro-batch's forward, or its backward) run as a
 two-stage pipeline of L layers: max(c, m) + min(c, m) / L. Forward is 1/3 of the compute, backward
-2/3 (with activation checkpointing the forward is recomputed in backward). Gathers happen in the
+2/3 (LoRA: about 1/2 each, a frozen base getting no weight gradients; with activation
+checkpointing the forward is recomputed in backward). Gathers happen in the
 first micro-batch's forward (ZeRO-2 keeps the weights), or in every forward and backward (ZeRO-3,
 FSDP1); gradients are reduced in the last micro-batch's backward (ours) or every one (the
 reference: plain accumulation under FSDP1). Reduce-scatter and all-reduce run on different links
@@ -17,7 +18,9 @@ across nodes (overlapping), on the same link within one node (adding up). Not mo
 step, kernel launch gaps, NCCL latency.
 
   --check RESULT.json ...   predict every benchmark row that carries its inputs; print the error
-  --preset g6.12xlarge-x2   predict the reference approach and ours on 2 x g6.12xlarge
+  --preset g6.12xlarge-x2   predict the reference approach and ours on 2 x g6.12xlarge, and
+                            the 7B LoRA recipe with its frozen base replicated and sharded
+                            (the planner's plan for each, or why it does not fit)
 """
 
 from __future__ import annotations
@@ -29,14 +32,18 @@ import io
 import json
 import shlex
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.command import start
 from training.step.metrics import PEAK_BF16_TFLOPS, flops_per_token
 # The model itself lives with the job, which predicts a slow link's cost before its first step
 # (training/network/link_floor.py); the job never imports bench/.
-from training.step.step_time import Links, StepPlan, predict
+from training.step.step_time import Links, StepPlan, compute_s, predict
+
+if TYPE_CHECKING:
+    from training.config import TrainConfig
 
 
 def _mesh(text: str) -> tuple[int, int]:
@@ -82,72 +89,118 @@ def check(paths: list[Path]) -> dict:
 
 # 2 x g6.12xlarge (stack/catalog.py: 4 x NVIDIA L4 per node, one 40 Gbps EFA interface).
 L4_NODES, L4_PER_NODE, L4_NETWORK_GBPS, L4_BUDGET_GIB = 2, 4, 40, 22
+L4_WORLD = L4_NODES * L4_PER_NODE
 QWEN = "qwen2.5-1.5b"
 QWEN_PARAMS, QWEN_LAYERS, QWEN_HIDDEN = 1_543_714_304, 28, 1536
+# docs/lora.md's 7B recipe: rank 16 (alpha 32) on all 7 projections of a frozen Qwen2.5-7B.
+LORA_MODEL, LORA_RANK, LORA_ALPHA = "qwen2.5-7b", 16, 32.0
 # The AWS sample's published run on 8 x L4 over EFA (seq 128, batch 1): design notes, from its README.
 AWS_SAMPLE_STEPS_PER_S = 0.5173
 
 
-def _ours_on_l4(tokens_per_step: int, seq_len: int, reduce_dtype: str) -> StepPlan:
+def _plan_on_l4(cfg: TrainConfig, params: int, trainable: int | None = None,
+                replicated: bool = False) -> tuple[StepPlan, dict]:
     """What the job resolves on 2 x g6.12xlarge: HSDP one replica per node, and the planner's
-    micro-batch, accumulation, checkpointing and ZeRO stage for 22 GiB per L4."""
-    from training.config import TrainConfig
+    micro-batch, accumulation, checkpointing, ZeRO stage and loss chunk for 22 GiB per L4 (LoRA:
+    the frozen base `replicated` on every GPU or sharded over the node's 4). The step model's
+    plan and what else the planner chose, with its estimate; ConfigError where nothing fits."""
+    from training.model.model import model_config
     from training.step.engine import resolve_plan
-    from training.step.memory import Footprint
+    from training.step.memory import Footprint, estimate_bytes
+
+    mc = model_config(cfg.model)
+    fp = Footprint(mc, params, L4_PER_NODE, L4_BUDGET_GIB * 2**30, compiled=True, world=L4_WORLD,
+                   trainable_params=trainable, replicated_base=replicated)
+    plan = resolve_plan(cfg, fp, L4_WORLD, f"{L4_NODES}x{L4_PER_NODE}", on_gpu=True)
+    zero2, checkpointing = not plan.reshard_after_forward, plan.activation_checkpointing
+    step = StepPlan(params, mc.num_hidden_layers, L4_NODES, L4_PER_NODE, cfg.reduce_dtype, zero2,
+                    plan.micro_batch_size, plan.grad_accum, cfg.seq_len, checkpointing,
+                    trainable=trainable, replicated_base=replicated)
+    need = estimate_bytes(fp, micro_batch=plan.micro_batch_size, seq_len=cfg.seq_len,
+                          grad_accum=plan.grad_accum, reduce_dtype=cfg.reduce_dtype,
+                          accum_dtype=cfg.accum_dtype, checkpointing=checkpointing, zero2=zero2,
+                          loss_chunk_tokens=plan.loss_chunk_tokens)
+    return step, {"hidden": mc.hidden_size, "loss_chunk_tokens": plan.loss_chunk_tokens,
+                  "estimate_gib": need / 2**30}
+
+
+def _ours_on_l4(tokens_per_step: int, seq_len: int, reduce_dtype: str) -> StepPlan:
+    """Full fine-tuning of the 1.5B default as the job plans it on 2 x g6.12xlarge."""
+    from training.config import TrainConfig
+
+    cfg = TrainConfig(model=QWEN, seq_len=seq_len, num_workers=L4_WORLD,
+                      tokens_per_step=tokens_per_step, reduce_dtype=reduce_dtype).validated()
+    return _plan_on_l4(cfg, QWEN_PARAMS)[0]
+
+
+def _lora_on_l4(tokens_per_step: int, seq_len: int) -> list[tuple[str, StepPlan | str, dict]]:
+    """The 7B LoRA recipe planned twice, its frozen base replicated and sharded: (name, step
+    model's plan or why it does not fit, the planner's other choices)."""
+    from training.config import TrainConfig
+    from training.errors import ConfigError
+    from training.model.lora import LoraSpec, count_on_meta
     from training.model.model import model_config
 
-    world = L4_NODES * L4_PER_NODE
-    cfg = TrainConfig(model=QWEN, seq_len=seq_len, num_workers=world,
-                      tokens_per_step=tokens_per_step, reduce_dtype=reduce_dtype).validated()
-    fp = Footprint(model_config(QWEN), QWEN_PARAMS, L4_PER_NODE, L4_BUDGET_GIB * 2**30,
-                   compiled=True, world=world)
-    plan = resolve_plan(cfg, fp, world, f"{L4_NODES}x{L4_PER_NODE}", on_gpu=True)
-    return StepPlan(QWEN_PARAMS, QWEN_LAYERS, L4_NODES, L4_PER_NODE, reduce_dtype,
-                    not plan.reshard_after_forward, plan.micro_batch_size, plan.grad_accum, seq_len,
-                    plan.activation_checkpointing)
-
+    cfg = TrainConfig(model=LORA_MODEL, seq_len=seq_len, num_workers=L4_WORLD,
+                      tokens_per_step=tokens_per_step, lora_rank=LORA_RANK,
+                      lora_alpha=LORA_ALPHA).validated()
+    params, trainable = count_on_meta(model_config(LORA_MODEL), LoraSpec.from_config(cfg))
+    out = []
+    for replicated in (True, False):
+        name = f"7B LoRA r{LORA_RANK}, base {'replicated' if replicated else 'sharded'}"
+        try:
+            out.append((name, *_plan_on_l4(cfg, params, trainable, replicated)))
+        except ConfigError as e:
+            out.append((name, "does not fit: " + "; ".join(e.problems), {}))
+    return out
 
 
 def g6_predictions(compute_mfu: float, intra_gbps: float, inter_gbps: float,
                    tokens_per_step: int, seq_len: int = 2048) -> list[dict]:
     """The reference approach (the AWS sample: FSDP1 over all 8 GPUs, bf16 weights and gradients,
-    micro-batch 1; at its own sequence 128, at ours, and accumulating to our batch) and ours (the
-    plan the job resolves there, with fp32 and with bf16 gradient reduction)."""
-    world = L4_NODES * L4_PER_NODE
+    micro-batch 1; at its own sequence 128, at ours, and accumulating to our batch), ours (the
+    plan the job resolves there, with fp32 and with bf16 gradient reduction) and the 7B LoRA
+    recipe with its frozen base replicated and sharded (each as the planner plans it, or why it
+    does not fit: `fits` false, `why`)."""
     rate = PEAK_BF16_TFLOPS["NVIDIA L4"] * 1e12 * compute_mfu
-
-    def compute(plan: StepPlan) -> float:
-        fpt = flops_per_token(QWEN_PARAMS, QWEN_LAYERS, QWEN_HIDDEN, plan.seq_len)
-        return plan.micro_batch * plan.seq_len * fpt / rate * (4 / 3 if plan.checkpointing else 1)
-
     # FSDP1 over 8 ranks across nodes: NCCL's ring crosses the one NIC: the slower link sets it.
     world_link = Links(min(intra_gbps, inter_gbps), None, separate=False)
     # HSDP: the 4 replicate groups (one per local GPU) share the node's one NIC at once.
     hsdp_link = Links(intra_gbps, inter_gbps / L4_PER_NODE, separate=True)
-    seqs_per_rank = tokens_per_step // (seq_len * world)
+    seqs_per_rank = tokens_per_step // (seq_len * L4_WORLD)
 
     def reference(seq: int, accum: int) -> StepPlan:
-        return StepPlan(QWEN_PARAMS, QWEN_LAYERS, 1, world, "bf16", False, 1, accum, seq,
+        return StepPlan(QWEN_PARAMS, QWEN_LAYERS, 1, L4_WORLD, "bf16", False, 1, accum, seq,
                         reduce_every_micro_batch=True)
 
     ours_bf16 = _ours_on_l4(tokens_per_step, seq_len, "bf16")
     batch = f"{tokens_per_step:,} tokens/step"
+    qwen = {"hidden": QWEN_HIDDEN}
     plans = [
-        ("reference, the AWS sample's own (seq 128, mb 1)", reference(128, 1), world_link),
-        ("reference at seq 2048, mb 1", reference(seq_len, 1), world_link),
+        ("reference, the AWS sample's own (seq 128, mb 1)", reference(128, 1), world_link, qwen),
+        ("reference at seq 2048, mb 1", reference(seq_len, 1), world_link, qwen),
         (f"reference at {batch} (mb 1, accumulating)", reference(seq_len, seqs_per_rank),
-         world_link),
-        (f"ours, fp32 reduce, {batch}", _ours_on_l4(tokens_per_step, seq_len, "fp32"), hsdp_link),
-        (f"ours, bf16 reduce, {batch}", ours_bf16, hsdp_link),
+         world_link, qwen),
+        (f"ours, fp32 reduce, {batch}", _ours_on_l4(tokens_per_step, seq_len, "fp32"), hsdp_link,
+         qwen),
+        (f"ours, bf16 reduce, {batch}", ours_bf16, hsdp_link, qwen),
         ("ours, bf16 reduce, one micro-batch per step",
-         StepPlan(**{**asdict(ours_bf16), "grad_accum": 1}), hsdp_link),
+         StepPlan(**{**asdict(ours_bf16), "grad_accum": 1}), hsdp_link, qwen),
+        *((name, plan, hsdp_link, chosen)
+          for name, plan, chosen in _lora_on_l4(tokens_per_step, seq_len)),
     ]
-    out = []
-    for name, plan, links in plans:
-        pred = predict(plan, compute(plan), links)
-        out.append({"name": name, "plan": asdict(plan), **asdict(pred),
-                    "steps_per_s": 1 / pred.step_s})
-    return out
+    return [_predicted(name, plan, links, chosen, rate) for name, plan, links, chosen in plans]
+
+
+def _predicted(name: str, plan: StepPlan | str, links: Links, chosen: dict, rate: float) -> dict:
+    """One preset row: the plan's prediction at `rate` FLOP/s, or why it does not fit."""
+    if isinstance(plan, str):
+        return {"name": name, "fits": False, "why": plan}
+    fpt = flops_per_token(plan.params, plan.layers, chosen["hidden"], plan.seq_len)
+    fpt -= 2.0 * (plan.params - plan.reduced)  # frozen weights: no weight gradient
+    pred = predict(plan, compute_s(plan, fpt, rate), links)
+    return {"name": name, "fits": True, "plan": asdict(plan), **chosen, **asdict(pred),
+            "steps_per_s": 1 / pred.step_s}
 
 
 def _print_check(result: dict) -> None:
@@ -165,17 +218,40 @@ def _print_check(result: dict) -> None:
 def _print_g6(rows: list[dict], args: argparse.Namespace) -> None:
     print(f"2 x g6.12xlarge (8 x L4), compute at {args.compute_mfu:.2f} of the L4's "
           f"{PEAK_BF16_TFLOPS['NVIDIA L4']:.0f} TFLOP/s, intra-node {args.intra_gbps} GB/s, "
-          f"inter-node {args.inter_gbps} GB/s (bus bandwidth)")
+          f"inter-node {args.inter_gbps} GB/s (bus bandwidth); ours: the job's planner under "
+          f"{L4_BUDGET_GIB} GiB per L4, HSDP {L4_NODES}x{L4_PER_NODE}, fp32 reduce unless said")
     print(f"{'plan':<52} {'mb x acc':>8} {'ZeRO':>4} {'step s':>7} {'steps/s':>8} "
           f"{'exposed s':>9} {'tok/s/GPU':>10}")
     for r in rows:
+        if not r["fits"]:
+            print(f"{r['name']:<52} {r['why']}")
+            continue
         p = r["plan"]
+        lora = (f"  checkpointing {'on' if p['checkpointing'] else 'off'}, loss chunk "
+                f"{r['loss_chunk_tokens']:,}, estimate {r['estimate_gib']:.1f} GiB"
+                if p["trainable"] else "")
         print(f"{r['name']:<52} {p['micro_batch']:>3} x {p['grad_accum']:<3} "
               f"{2 if p['zero2'] else 3:>4} {r['step_s']:>7.2f} {r['steps_per_s']:>8.3f} "
-              f"{r['exposed_comm_s']:>9.2f} {r['tokens_per_s_per_gpu']:>10,.0f}")
+              f"{r['exposed_comm_s']:>9.2f} {r['tokens_per_s_per_gpu']:>10,.0f}{lora}")
     sample = rows[0]["steps_per_s"]
     print(f"check: the AWS sample's published {AWS_SAMPLE_STEPS_PER_S} steps/s on this hardware; "
           f"model {sample:.3f} ({sample / AWS_SAMPLE_STEPS_PER_S - 1:+.1%})")
+    if (faster := lora_winner(rows)) is not None:
+        print(f"7B LoRA: {faster}")
+
+
+def lora_winner(rows: list[dict]) -> str | None:
+    """Which of the 7B LoRA plans that fit is predicted faster, and by how much (None: neither
+    fits)."""
+    fitting = sorted((r for r in rows if r["fits"] and r["plan"]["trainable"]),
+                     key=lambda r: r["step_s"])
+    if not fitting:
+        return None
+    if len(fitting) == 1:
+        return f"only '{fitting[0]['name']}' fits"
+    best, other = fitting[0], fitting[1]
+    return (f"'{best['name']}' predicted faster, {other['step_s'] / best['step_s'] - 1:.1%} over "
+            f"'{other['name']}'")
 
 
 def main(argv: list[str] | None = None) -> int:

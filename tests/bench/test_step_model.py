@@ -86,3 +86,67 @@ def test_g6_preset_uses_the_planner_and_predicts_the_published_sample_and_our_ga
     assert ours["plan"]["checkpointing"] <= fp32["checkpointing"]
     assert ours["tokens_per_s_per_gpu"] > 1.5 * reference["tokens_per_s_per_gpu"]
     assert dataclasses.asdict(sm.StepPlan(**ours["plan"])) == ours["plan"]
+
+
+T = 10_000_000  # adapters
+
+
+def test_a_replicated_lora_base_moves_no_base_bytes_and_a_sharded_one_two_per_gather():
+    lora = dict(trainable=T, zero2=False, grad_accum=3)
+    replicated = sm.predict(plan(**lora, replicated_base=True), 0.1, SLOW)
+    bigger_base = sm.predict(plan(**lora, replicated_base=True, params=4 * P), 0.1, SLOW)
+    assert bigger_base.shard_link_gb_per_rank == replicated.shard_link_gb_per_rank
+    sharded = sm.predict(plan(**lora), 0.1, SLOW)
+    gathers = 2 * 3  # forward and backward of each micro-batch under ZeRO-3
+    base_gb = (P - T) / 2 / 1e9  # a shard group of 2 gathers half of the frozen base
+    assert sharded.shard_link_gb_per_rank - replicated.shard_link_gb_per_rank == \
+        pytest.approx(gathers * 2 * base_gb)
+
+
+def test_lora_reduces_what_full_fine_tuning_of_its_adapters_alone_would():
+    hsdp = dict(replicas=2, shard=2, zero2=False)
+    links = sm.Links(2.0, 1.0, separate=True)
+    adapters_only = sm.predict(plan(**hsdp, params=T), 0.1, links)
+    for replicated in (False, True):
+        lora = sm.predict(plan(**hsdp, trainable=T, replicated_base=replicated), 0.1, links)
+        assert lora.replicate_link_gb_per_rank == adapters_only.replicate_link_gb_per_rank
+    full = sm.predict(plan(**hsdp), 0.1, links)
+    assert full.replicate_link_gb_per_rank == pytest.approx(P / T * lora.replicate_link_gb_per_rank)
+
+
+def test_full_fine_tuning_predictions_are_the_recorded_ones():
+    """The rows bench/MODEL.md recorded before LoRA was modelled, reproduced."""
+    from tests.conftest import REPO
+
+    recorded = json.loads((REPO / "bench/runs/2026-12-01/step-model-l4.json").read_text())
+    now = {r["name"]: r for r in sm.g6_predictions(0.5, 10.0, 4.0, 8 * 16 * 2048)}
+    for row in recorded["g6.12xlarge-x2"]["rows"]:
+        assert now[row["name"]]["step_s"] == pytest.approx(row["step_s"], rel=1e-12)
+    one_trained = plan(trainable=P, checkpointing=True)  # nothing frozen: full fine-tuning
+    assert sm.predict(one_trained, 0.3, SLOW) == sm.predict(plan(checkpointing=True), 0.3, SLOW)
+
+
+def test_g6_preset_plans_the_7b_lora_recipe_both_ways_and_names_the_faster():
+    rows = {r["name"]: r for r in sm.g6_predictions(0.5, 10.0, 4.0, 8 * 16 * 2048)}
+    replicated, sharded = rows["7B LoRA r16, base replicated"], rows["7B LoRA r16, base sharded"]
+    for row in (replicated, sharded):
+        assert row["fits"] and row["estimate_gib"] <= 0.9 * sm.L4_BUDGET_GIB
+        assert row["plan"]["micro_batch"] * row["plan"]["grad_accum"] == 16
+    # the replicated base leaves room for a smaller micro-batch only, and moves 40x fewer bytes
+    assert replicated["plan"]["micro_batch"] < sharded["plan"]["micro_batch"]
+    assert replicated["shard_link_gb_per_rank"] < sharded["shard_link_gb_per_rank"] / 40
+    assert replicated["step_s"] < sharded["step_s"]
+    assert "base replicated' predicted faster" in sm.lora_winner(list(rows.values()))
+    slow = {r["name"]: r for r in sm.g6_predictions(0.5, 2.0, 4.0, 8 * 16 * 2048)}
+    gap = lambda r: r["7B LoRA r16, base sharded"]["step_s"] / r["7B LoRA r16, base replicated"]["step_s"]
+    assert gap(slow) > gap(rows) + 0.05  # a slower PCIe link costs the sharded base's gathers
+
+
+def test_a_lora_plan_that_cannot_fit_is_named_and_left_out_of_the_choice(monkeypatch):
+    monkeypatch.setattr(sm, "L4_BUDGET_GIB", 16)  # the 14.3 GiB base whole leaves too little
+    links = sm.Links(10.0, 1.0, separate=True)
+    rows = [sm._predicted(name, plan, links, chosen, 60e12)
+            for name, plan, chosen in sm._lora_on_l4(8 * 16 * 2048, 2048)]
+    replicated = next(r for r in rows if r["name"] == "7B LoRA r16, base replicated")
+    assert not replicated["fits"] and "needs about" in replicated["why"]
+    assert sm.lora_winner(rows) == "only '7B LoRA r16, base sharded' fits"

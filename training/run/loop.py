@@ -83,7 +83,9 @@ def _probe_link(cfg: TrainConfig, engine, layers: int, rank: int, world: int,
     p = engine.plan
     step = StepPlan(engine.num_params, layers, p.replicas, world // p.replicas, p.reduce_dtype,
                     not p.reshard_after_forward, p.micro_batch_size, p.grad_accum, cfg.seq_len,
-                    p.activation_checkpointing)
+                    p.activation_checkpointing,
+                    trainable=engine.trainable_params if engine.lora else None,
+                    replicated_base=p.replicate_base)
     verdict = link_floor.check(probe, step, cfg.efa_floor_gbps, cfg.strict_efa,
                                engine.flops_per_token, device)
     if rank == 0:

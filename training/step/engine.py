@@ -140,8 +140,13 @@ def plan_step(cfg: TrainConfig, model_cfg: PretrainedConfig, counts: tuple[int, 
                    trainable if spec else None, bool(spec and spec.dropout))
     # One GPU: a frozen base replicated when it fits (no gathered copies, no copy-in/out per
     # layer and micro-batch). Over several, sharding it trades all-gathers for a larger
-    # micro-batch; which wins there is the step model's to say (bench/step_model.py), so the
-    # base stays sharded.
+    # micro-batch, and the base stays sharded: the step model (training/step/step_time.py)
+    # needs the shard group's link and the GPU's compute rate, and the planner knows neither
+    # before the warm-up probe (stack/catalog.py holds an EFA floor, no rate between a node's
+    # GPUs; the driver asks a GPU its memory only). At the nominal inputs the 7B recipe on
+    # 2 x g6.12xlarge would replicate for 0.6% (python -m bench.step_model --preset
+    # g6.12xlarge-x2, bench/MODEL.md): inside the model's error, and the replicated plan's 4x
+    # more micro-batches each carry launch overhead the model does not count.
     if spec and layout.shard_size == 1:
         try:
             return resolve_plan(cfg, dataclasses.replace(fp, replicated_base=True), world,

@@ -11,6 +11,12 @@ and bench/ is not shipped with the job. Standard library only.
 The overlap rule: FSDP issues one collective per layer group and computes layer by layer, so
 compute c and communication m of a phase run as a two-stage pipeline of L layers:
 max(c, m) + min(c, m) / L. Not modelled: optimizer step, kernel launch gaps, NCCL latency.
+
+LoRA (`StepPlan.trainable`): only the adapters get gradients, so only they are reduced; the frozen
+bf16 base is gathered like any weight when FSDP2 shards it, and never when every GPU holds it
+whole (`replicated_base`, parallelize.shard_model), where only the adapters are gathered. Its
+backward computes weight gradients for the adapters only: about one forward's FLOPs instead of
+two (`forwards`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,18 @@ class StepPlan:
     seq_len: int
     checkpointing: bool = False
     reduce_every_micro_batch: bool = False  # the reference's plain accumulation under FSDP1
+    trainable: int | None = None  # LoRA: the adapters' parameters; None: all `params` trained
+    replicated_base: bool = False  # LoRA: the frozen base whole on every GPU, never gathered
+
+    @property
+    def reduced(self) -> int:
+        """Parameters whose gradients are reduced: the trained ones."""
+        return self.params if self.trainable is None else self.trainable
+
+    @property
+    def gathered(self) -> int:
+        """Parameters FSDP2 all-gathers: all but a replicated frozen base."""
+        return self.reduced if self.replicated_base else self.params
 
 
 @dataclass(frozen=True)
@@ -65,16 +83,32 @@ def _seconds(gb: float, gbps: float | None) -> float:
     return gb / gbps
 
 
+def forwards(plan: StepPlan) -> float:
+    """A micro-batch's weight FLOPs in forward passes (2 a parameter and token each): the
+    forward, the input gradients (one more) and the weight gradients of the trained share (one
+    more for full fine-tuning, almost none for LoRA's adapters), and checkpointing's recompute."""
+    return 2 + plan.reduced / plan.params + plan.checkpointing
+
+
+def compute_s(plan: StepPlan, flops_per_token: float, flops_per_s: float) -> float:
+    """One micro-batch's compute at `flops_per_s`: `flops_per_token` counts the step without
+    recompute (metrics.flops_per_token, less 2 a frozen parameter: engine.build_engine), so
+    checkpointing adds one forward's share of it."""
+    passes = forwards(plan)
+    seconds = plan.micro_batch * plan.seq_len * flops_per_token / flops_per_s
+    return seconds * passes / (passes - plan.checkpointing)
+
+
 def predict(plan: StepPlan, compute_s_per_micro_batch: float, links: Links) -> Prediction:
     """Step time of `plan` given the measured (or derived) compute per micro-batch and links."""
-    p, s, r = plan.params, plan.shard, plan.replicas
-    gather_gb = PARAM_BYTES * p * (s - 1) / s / 1e9
-    rs_gb = REDUCE_BYTES[plan.reduce_dtype] * p * (s - 1) / s / 1e9
-    ar_gb = REDUCE_BYTES[plan.reduce_dtype] * p / s * 2 * (r - 1) / r / 1e9
+    s, r, reduce_bytes = plan.shard, plan.replicas, REDUCE_BYTES[plan.reduce_dtype]
+    gather_gb = PARAM_BYTES * plan.gathered * (s - 1) / s / 1e9
+    rs_gb = reduce_bytes * plan.reduced * (s - 1) / s / 1e9
+    ar_gb = reduce_bytes * plan.reduced / s * 2 * (r - 1) / r / 1e9
     t_gather = _seconds(gather_gb, links.shard_gbps)
     t_rs, t_ar = _seconds(rs_gb, links.shard_gbps), _seconds(ar_gb, links.replicate_gbps)
     c = compute_s_per_micro_batch
-    forward = c / 4 if plan.checkpointing else c / 3
+    forward = c / forwards(plan)
     backward = c - forward
     step, gathers, reduces = 0.0, 0, 0
     for i in range(plan.grad_accum):
