@@ -196,8 +196,8 @@ def _predicted(name: str, plan: StepPlan | str, links: Links, chosen: dict, rate
     """One preset row: the plan's prediction at `rate` FLOP/s, or why it does not fit."""
     if isinstance(plan, str):
         return {"name": name, "fits": False, "why": plan}
-    fpt = flops_per_token(plan.params, plan.layers, chosen["hidden"], plan.seq_len)
-    fpt -= 2.0 * (plan.params - plan.reduced)  # frozen weights: no weight gradient
+    fpt = flops_per_token(plan.params, plan.layers, chosen["hidden"], plan.seq_len,
+                          frozen=plan.params - plan.reduced)
     pred = predict(plan, compute_s(plan, fpt, rate), links)
     return {"name": name, "fits": True, "plan": asdict(plan), **chosen, **asdict(pred),
             "steps_per_s": 1 / pred.step_s}

@@ -120,9 +120,8 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
         model, loading.rank0_state(cfg.model, model_cfg, dist.get_rank(), base_dtype, prepare),
         device, started))
     optimizer = _adamw(cfg, [p for p in model.parameters() if p.requires_grad], device)
-    # Frozen weights get no weight gradient: 4 instead of 6 FLOPs a parameter and token.
     fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size,
-                          cfg.seq_len) - 2.0 * (num_params - trainable)
+                          cfg.seq_len, frozen=num_params - trainable)
     return Engine(model, optimizer, device, num_params, fpt, plan, mesh, load=load, lora=spec,
                   trainable_params=trainable)
 

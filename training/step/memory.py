@@ -217,11 +217,11 @@ def fits(fp: Footprint, cfg: TrainConfig, *, micro_batch: int, grad_accum: int,
 def loss_chunks(cfg: TrainConfig, fp: Footprint) -> tuple[int, ...]:
     """The fused loss's chunk sizes the planner may use, largest first: --loss-chunk-tokens,
     and for LoRA also its half and quarter down to MIN_LOSS_CHUNK. A LoRA step is launch-bound,
-    so a larger micro-batch is worth far more than a large chunk: at 7B, seq 2048 under an L4's
-    22 GiB, micro-batch 2 ran 1.56x micro-batch 1 at a 19.5 GiB peak, yet with 2,048-token
-    chunks its estimate (20.2 GiB) was over the 19.8 allowed; one chunk's fp32 logits and
-    bf16 gradient are 1.7 GiB at 2,048 tokens of Qwen2.5's vocabulary (H200, 2026-12-02,
-    bench/runs/2026-12-02/i40-lora-l4-2048.json and the mb-2 run beside it). Full
+    so a larger micro-batch is worth more than a large chunk: at 7B, seq 2048 under an L4's
+    22 GiB, micro-batch 2 ran 11,696 tokens/s with 1,024-token chunks and 11,770 with 2,048
+    (whose estimate, 20.2 GiB, was over the 19.8 allowed) against micro-batch 1's 9,090; one
+    chunk's fp32 logits and bf16 gradient are 1.7 GiB at 2,048 tokens of Qwen2.5's vocabulary
+    (H200, 2026-12-02: bench/runs/2026-12-02/chunk-ab-*.json, i40-lora-l4-2048.json). Full
     fine-tuning keeps the flag's chunk: its plans are measured with it."""
     chunk = cfg.loss_chunk_tokens
     if fp.trainable_params is None or not chunk:

@@ -21,9 +21,11 @@ CSV_FIELDS = ("step", "loss", "eval_loss", "lr", "grad_norm", "tokens_per_s",
               "tokens_per_s_per_worker", "mfu", "step_time_s", "peak_mem_gib")
 
 
-def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6N for the weights (tied LM head counted in N) + attention 12*L*H*S."""
-    return 6.0 * num_params + 12.0 * num_layers * hidden * seq_len
+def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int,
+                    frozen: int = 0) -> float:
+    """Training FLOPs per token: 6N for the weights (tied LM head counted in N) + attention
+    12*L*H*S; a `frozen` weight (LoRA's base) gets no weight gradient: 4 instead of 6."""
+    return 6.0 * num_params - 2.0 * frozen + 12.0 * num_layers * hidden * seq_len
 
 
 def peak_flops(device_name: str | None) -> float | None:
