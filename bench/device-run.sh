@@ -22,9 +22,11 @@
 #            peak against the planner's estimate, loss on the shipped set (bench.lora).
 #            CPU rehearsal: MODEL=tiny LARGE=tiny SEQ=64 OUT=/tmp/out bash bench/device-run.sh lora
 #   lora-l4  one GPU, under 10 minutes, side by side: the naive PEFT baseline (LARGE at seq 2048,
-#            mb 2, whole GPU), ours under --memory-budget-gib 22 at seq 2048 and at 512 (one step
-#            profiled), then the LoRA calibration grid (bench.calibrate --grid lora: LARGE at
-#            512..2048, MODEL at 1024..2048, micro-batch 1, 2 (4), with and without
+#            mb 2, whole GPU; per-document attention as ours, then causal rows: NAIVE_CAUSAL=0
+#            skips), ours under --memory-budget-gib 22 at seq 2048 (the cluster's flex_attention,
+#            then sdpa: LORA_SDPA=0 skips) and at 512 (one step of each profiled), then the
+#            LoRA calibration grid (bench.calibrate --grid lora: LARGE at 512..2048, MODEL at
+#            1024..2048, micro-batch 1, 2 (4), with and without
 #            checkpointing, tokens/s each; the most wanted rows first; LORA_GRID=0 skips it).
 #            CPU rehearsal: MODEL=tiny LARGE=tiny OUT=/tmp/out bash bench/device-run.sh lora-l4
 #   dpo      one GPU, under 4 minutes: a DPO step (--objective dpo) of 7B LoRA (LARGE, reference =
@@ -144,9 +146,17 @@ lora-l4)  # one GPU: naive PEFT vs ours under an L4's budget, the same call; the
   timeout 100 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --steps 5 \
     --runs naive-large --large-seq-len 2048 --naive-micro-batch 2 \
     --json-out "$OUT/lora-naive.json" 2>&1 | tee "$OUT/lora-l4.log"
-  timeout 100 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --steps 6 \
-    --runs lora-large --large-seq-len 2048 --memory-budget-gib 22 \
+  [ "${NAIVE_CAUSAL:-1}" = 0 ] || timeout 100 python3 -m bench.lora --model "$MODEL" \
+    --large-model "$LARGE" --steps 5 --runs naive-large --large-seq-len 2048 \
+    --naive-micro-batch 2 --naive-causal \
+    --json-out "$OUT/lora-naive-causal.json" 2>&1 | tee -a "$OUT/lora-l4.log"
+  timeout 120 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --steps 6 \
+    --runs lora-large --large-seq-len 2048 --memory-budget-gib 22 --profile-dir "$OUT" \
     --json-out "$OUT/lora-l4-2048.json" 2>&1 | tee -a "$OUT/lora-l4.log"
+  [ "${LORA_SDPA:-1}" = 0 ] || timeout 120 python3 -m bench.lora --model "$MODEL" \
+    --large-model "$LARGE" --steps 6 --runs lora-large --large-seq-len 2048 \
+    --memory-budget-gib 22 --attention sdpa --profile-dir "$OUT/sdpa" \
+    --json-out "$OUT/lora-l4-2048-sdpa.json" 2>&1 | tee -a "$OUT/lora-l4.log"
   timeout 100 python3 -m bench.lora --model "$MODEL" --large-model "$LARGE" --steps 6 \
     --runs lora-large --large-seq-len 512 --memory-budget-gib 22 --profile-dir "$OUT" \
     --json-out "$OUT/lora-l4-512.json" 2>&1 | tee -a "$OUT/lora-l4.log"

@@ -14,8 +14,9 @@ gradient norm was finite. Runs, in this order (the most wanted first, should tim
                needs 24.7 GB before activations)
   full         the same on the whole GPU
   naive-large  the baseline: the lora-large shape as plain PEFT on the whole GPU (Hugging Face
-               gradient checkpointing, full logits; bench/naive_peft.py), micro-batches of
-               --naive-micro-batch
+               gradient checkpointing, full logits, sdpa; bench/naive_peft.py), micro-batches of
+               --naive-micro-batch, the same rows and per-document attention as ours (so the
+               same loss); --naive-causal lets its rows attend across documents
 The built-in shapes are random-init: the losses compare how fast each setting fits the data
 from the same start, not what a pretrained model reaches.
 """
@@ -34,6 +35,7 @@ from pathlib import Path
 from bench.calibrate import estimate_inputs
 from bench.command import refuse, start
 from bench.single import device_peak, environment, one_rank, write_json
+from stack.parse import JOB_DEFAULTS
 from training.config import TrainConfig
 
 KIND = "lora"
@@ -54,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lora-lr", type=float, default=1e-3, help="LoRA's peak")
     ap.add_argument("--memory-budget-gib", type=float, default=22.0)
     ap.add_argument("--naive-micro-batch", type=int, default=2)
+    ap.add_argument("--naive-causal", action="store_true",
+                    help="the baseline attends across the packed documents (causal rows, as the "
+                         "baseline rows recorded until 2026-12-02 did): another loss than ours")
+    ap.add_argument("--attention", choices=("sdpa", "flex_attention"), default=None,
+                    help="ours' attention; default: the cluster job's (stack/parse.py "
+                         "JOB_DEFAULTS) on a GPU, sdpa on CPU (FlexAttention has no CPU "
+                         "backward); the baseline keeps Hugging Face's sdpa")
     ap.add_argument("--runs", default=",".join(RUNS[:4]), help=f"comma-separated, of {RUNS}")
     ap.add_argument("--profile-dir", type=Path, default=None, help="profile one more step of "
                     "each LoRA run there (bench/step_profile.py: trace and breakdown in the row)")
@@ -61,11 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def run_config(args: argparse.Namespace, run: str) -> TrainConfig:
+def run_config(args: argparse.Namespace, run: str, on_gpu: bool) -> TrainConfig:
     lora, large = run.startswith(("lora", "naive")), run.endswith("-large")
     seq = args.large_seq_len if large else args.seq_len
+    attention = "sdpa" if run == "naive-large" or not on_gpu else args.attention
     return TrainConfig(
         model=args.large_model if large else args.model, seq_len=seq, num_workers=1,
+        attention=attention or JOB_DEFAULTS["attention"],
         tokens_per_step=args.sequences * seq, steps=args.steps, warmup_steps=2,
         lr=args.lora_lr if lora else args.lr, lora_rank=args.lora_rank if lora else 0,
         lora_alpha=2.0 * args.lora_rank, tokenizer="bytes",
@@ -138,7 +149,7 @@ def measure_run(cfg: TrainConfig, samples, device, setup=None, profile: Path | N
 
     row: dict = {"model": cfg.model, "lora_rank": cfg.lora_rank, "lr": cfg.lr,
                  "memory_budget_gib": cfg.memory_budget_gib, "seq_len": cfg.seq_len,
-                 "tokens_per_step": cfg.tokens_per_step}
+                 "tokens_per_step": cfg.tokens_per_step, "attention": cfg.attention}
     try:
         if device.type == "cuda":
             if cfg.memory_budget_gib is None:  # an earlier run's budget stays in the allocator
@@ -160,8 +171,10 @@ def measure_run(cfg: TrainConfig, samples, device, setup=None, profile: Path | N
     return row
 
 
-def measure_naive(cfg: TrainConfig, samples, device, micro_batch: int) -> dict:
-    """The naive PEFT baseline's row (bench/naive_peft.py) on the whole GPU."""
+def measure_naive(cfg: TrainConfig, samples, device, micro_batch: int,
+                  causal: bool = False) -> dict:
+    """The naive PEFT baseline's row (bench/naive_peft.py) on the whole GPU; `causal`: its
+    rows attend across their documents."""
     import torch
 
     from bench import naive_peft
@@ -174,7 +187,8 @@ def measure_naive(cfg: TrainConfig, samples, device, micro_batch: int) -> dict:
             torch.cuda.set_per_process_memory_fraction(1.0, device)
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-        row.update(naive_peft.train(cfg, samples, device, micro_batch), **device_peak(device))
+        row.update(naive_peft.train(cfg, samples, device, micro_batch, causal),
+                   **device_peak(device))
     except Exception as e:  # an OOM is a result row
         row["error_text"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
     gc.collect()
@@ -210,11 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     data: dict[int, object] = {}  # the shipped set tokenized once per sequence length
 
     def measure(run: str, d: str, device) -> dict:
-        cfg = run_config(args, run)
+        cfg = run_config(args, run, device.type == "cuda")
         if cfg.seq_len not in data:
             data[cfg.seq_len] = _samples(cfg.seq_len, f"{d}/seq{cfg.seq_len}")
         if run == "naive-large":
-            return measure_naive(cfg, data[cfg.seq_len], device, args.naive_micro_batch)
+            return measure_naive(cfg, data[cfg.seq_len], device, args.naive_micro_batch,
+                                 args.naive_causal)
         return measure_run(cfg, data[cfg.seq_len], device, profile=args.profile_dir)
 
     return run_all(args, argv, KIND, RUNS, measure)

@@ -101,6 +101,17 @@ def checkpoint_rows(result: dict, name: str) -> list[list[str]]:
         f"`{r['command']}`", name] for r in result["runs"]]
 
 
+def _attention(row: dict, result: dict) -> str:
+    """A run's attention: its row's; rows of the first bench.lora with --attention (2026-12-02)
+    lack it, and its default then was the cluster job's flex_attention; before, sdpa."""
+    if row.get("attention"):
+        return row["attention"]
+    settings = result.get("settings", {})
+    if "attention" not in settings:
+        return "sdpa"
+    return settings["attention"] or "flex_attention"
+
+
 def lora_rows(result: dict, name: str) -> list[list[str]]:
     """LoRA against full fine-tuning (`python -m bench.lora`), one row per run."""
     from training.config import TrainConfig
@@ -120,6 +131,10 @@ def lora_rows(result: dict, name: str) -> list[list[str]]:
             ", naive PEFT" if "naive" in p else ", AC" if p["activation_checkpointing"] else "")
         if p.get("loss_chunk_tokens") not in (None, default_chunk):
             plan += f", loss chunk {p['loss_chunk_tokens']}"  # the planner's smaller one
+        if "naive" in p:  # the baseline passed no positions until it had this key
+            plan += ", causal rows" if "causal" in p.get("attention", "causal") else ""
+        elif _attention(r, result) != "sdpa":
+            plan += ", " + _attention(r, result)
         if "naive" in p:  # bench/naive_peft.py: no planner, no estimate
             measured = [fmt(r.get("peak_gib"), ".2f"), "-", "-", "-"]
         else:

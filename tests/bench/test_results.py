@@ -80,6 +80,29 @@ def test_lora_rows_show_plan_peak_against_estimate_loss_and_refusals(tmp_path):
     assert "| full-budget | tiny | - | 22 | 8 x 64 | error: ConfigError: micro-batch 1" in lines[1]
 
 
+def test_lora_rows_name_the_attention_and_a_baseline_that_attends_across_documents(tmp_path):
+    """Ours on flex_attention says so (sdpa, the laptop's, goes unsaid); the baseline says when
+    its rows were causal: with the key's old absence, as it ran before it took positions."""
+    row = {"model": "tiny", "memory_budget_gib": None, "seq_len": 64, "tokens_per_step": 512,
+           "lora_rank": 16, "trainable_params": 18688, "tokens_per_s": 1.0, "peak_gib": 1.0,
+           "first_loss": 6.2, "last_loss": 5.1, "losses_finite": True}
+    naive = {"micro_batch_size": 2, "grad_accum": 4, "naive": "peft"}
+    rows = [{**row, "run": "naive-large", "plan": {**naive, "attention": "sdpa, per document"}},
+            {**row, "run": "naive-large", "plan": {**naive, "attention": "sdpa, causal rows"}},
+            {**row, "run": "naive-large", "plan": naive}]
+    env = {**_bench_json(gpu=True)["env"], "command": "python -m bench.lora"}
+    runs = tmp_path / "runs" / "2026-12-02"
+    runs.mkdir(parents=True)
+    (runs / "naive.json").write_text(json.dumps({"kind": "lora", "rows": rows, "env": env,
+                                                 "settings": {}}))
+    rendered = [r for r in results.render(tmp_path / "runs").splitlines() if "naive PEFT" in r]
+    assert ["causal rows" in r for r in rendered] == [False, True, True]
+    ours = {"run": "lora-large", "plan": {"activation_checkpointing": True}}
+    assert results._attention({**ours, "attention": "flex_attention"}, {}) == "flex_attention"
+    assert results._attention(ours, {"settings": {"attention": None}}) == "flex_attention"
+    assert results._attention(ours, {"settings": {}}) == "sdpa"
+
+
 def _poll_json(gpu: bool) -> dict:
     """A result as bench/preemption_poll.py writes it."""
     env = {**_bench_json(gpu)["env"], "world_size": 2, "command": "python -m bench.preemption_poll"}
