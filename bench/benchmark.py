@@ -60,7 +60,13 @@ VARIANTS: dict[str, dict] = {
     "ours-docs4": {},
     "ours-docs4-flex": {"attention": "flex_attention"},
     "ours-flex": {"attention": "flex_attention"},
+    # Liger-Kernel's fused Triton RMSNorm, SwiGLU MLP and rotary embedding in place of
+    # transformers' Qwen2 modules (bench/steps.py liger_kernels), on compiled layers and eager:
+    # what fused kernels give over compile's own fusion.
+    "ours-liger": {},
+    "ours-liger-eager": {"compile": False},
 }
+LIGER = ("ours-liger", "ours-liger-eager")
 DOCUMENTS_PER_ROW = {"ours-docs4": 4, "ours-docs4-flex": 4}
 REFERENCE = "reference"
 # The same FSDP1 call, accumulating under FSDP1's `no_sync()`: it too communicates once per
@@ -183,7 +189,8 @@ def _variant_row(name: str, worker: _Worker, batches: list, opts: BenchOptions) 
     docs = DOCUMENTS_PER_ROW.get(name)
     row_batches = steps.with_documents(batches, docs, cfg.seq_len) if docs else batches
     try:
-        _measure(name, cfg, worker, row_batches, opts, row)
+        with steps.liger_kernels(name in LIGER):
+            _measure(name, cfg, worker, row_batches, opts, row)
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else \
             type(e).__name__
@@ -212,6 +219,8 @@ def _measure(name: str, cfg: TrainConfig, worker: _Worker, batches: list, opts: 
                tokens_per_step=per_worker * worker.world)
     row["peak_mem_gib"] = _peak_gib(device)  # before the compute-only probe below
     if name not in REFERENCES:
+        # the same batches and initial weights in every variant: a kernel's numerics show here
+        row["losses"] = [float(x) for x in step.losses]
         try:
             row["compute_ms_per_micro_batch"] = 1000 * steps.compute_only_seconds(
                 keep, batches[0], device)

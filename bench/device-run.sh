@@ -42,6 +42,11 @@
 #            (POLL_MODEL, default qwen2.5-0.5b, eager) with and without polls, A/B/A/B
 #            (bench.preemption_poll). CPU rehearsal:
 #            POLL_MODEL=tiny SEQ=64 OUT=/tmp/out bash bench/device-run.sh preempt-poll
+#   kernels  one GPU, about 5 minutes: Liger-Kernel's fused RMSNorm, SwiGLU and rotary kernels
+#            against compile's own fusion, MODEL full fine-tuning at micro-batch 8, compiled and
+#            eager (bench variants ours-liger*; the liger-kernel wheel carried in .whl: the
+#            machine reaches no index). CPU rehearsal (the liger rows are import errors there):
+#            MODEL=tiny SEQ=64 OUT=/tmp/out bash bench/device-run.sh kernels
 #   harness  one GPU, about 2 minutes: lm-eval seconds per 100 examples (bench.harness_time)
 #            CPU rehearsal: MODEL=tiny OUT=/tmp/out bash bench/device-run.sh harness
 # Afterwards, here: copy $OUT's JSON into bench/runs/<date>/ and run `python -m bench.results`
@@ -50,7 +55,7 @@
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|lora-l4|dpo|preempt|preempt-poll|harness}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|lora-l4|dpo|preempt|preempt-poll|kernels|harness}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2} LARGE=${LARGE:-qwen2.5-7b}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -179,6 +184,14 @@ preempt-poll)  # one GPU: the poll's cost per call and in the job's step (JSON k
     --model "${POLL_MODEL:-qwen2.5-0.5b}" --seq-len "$SEQ" --micro-batch-size 4 --steps 30 \
     --pairs 2 --storage-path /tmp/preemption-poll-bench \
     --json-out "$OUT/preemption-poll.json" 2>&1 | tee "$OUT/preempt-poll.log"
+  ;;
+kernels)  # one GPU: fused Triton kernels (Liger-Kernel) vs compile, the same batches
+  python3 -c "import importlib.metadata as m; print('liger-kernel', m.version('liger-kernel'))" \
+    2>&1 | tee "$OUT/kernels.log"
+  timeout 420 "${BENCH[@]}" --micro-batch-size 8 \
+    --variants ours,ours-liger,ours-eager,ours-liger-eager \
+    --label "Liger-Kernel RMSNorm + SwiGLU + RoPE vs compile, micro-batch 8" \
+    --json-out "$OUT/kernels.json" 2>&1 | tee -a "$OUT/kernels.log"
   ;;
 harness)  # one GPU, about 2 minutes: lm-eval's seconds per 100 examples of the shipped task for
   # the default shape (bench.harness_time); needs lm_eval 0.4.13 installed there (no PyPI)

@@ -80,8 +80,33 @@ def ours_step(cfg: TrainConfig, model_cfg: PretrainedConfig,
     engine = build_engine(cfg, model_cfg, device)
 
     def step(micro):
-        train_step(engine, micro, lr_at(10, cfg), cfg.grad_clip)
+        step.losses.append(train_step(engine, micro, lr_at(10, cfg), cfg.grad_clip).detach())
+    step.losses = []  # this rank's share of each step's loss (device tensors: no sync)
     return step, engine
+
+
+@contextlib.contextmanager
+def liger_kernels(on: bool):
+    """With `on`, Liger-Kernel's RMSNorm, SwiGLU MLP and rotary embedding replace transformers'
+    Qwen2 ones for the block (`apply_liger_kernel_to_qwen2` swaps the module's names:
+    liger_kernel/transformers/monkey_patch.py, 0.8.5), its own loss off (the fused loss is
+    ours); the names are put back afterwards, so later variants build the stock model. The
+    rotary function is looked up at every forward, so the block must hold the whole run."""
+    if not on:
+        yield
+        return
+    from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+    from transformers.models.qwen2 import modeling_qwen2
+
+    names = ("apply_rotary_pos_emb", "Qwen2RMSNorm", "Qwen2MLP")
+    stock = {n: getattr(modeling_qwen2, n) for n in names}
+    apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                fused_linear_cross_entropy=False)
+    try:
+        yield
+    finally:
+        for n, v in stock.items():
+            setattr(modeling_qwen2, n, v)
 
 
 def compute_only_seconds(engine: Engine, micro: list, device: torch.device) -> float:
