@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         data = f"{d}/pairs.jsonl"
         if not Path(data).exists():  # one pairs file for every run
             pairs_file(data)
-        cfg = dataclasses.replace(lora.run_config(args, run), objective="dpo", data=data)
+        cfg = dataclasses.replace(lora.run_config(args, run, device.type == "cuda"),
+                                  objective="dpo", data=data)
         setup = setup_for(cfg, f"{d}/{run}", data)
         return {"objective": "dpo", **lora.measure_run(cfg, None, device, setup=setup)}
 

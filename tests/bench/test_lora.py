@@ -58,3 +58,16 @@ def test_ours_attends_as_the_cluster_job_on_a_gpu_and_the_baseline_with_sdpa():
     assert bench_lora.run_config(args, "naive-large", on_gpu=True).attention == "sdpa"
     explicit = bench_lora.build_parser().parse_args(["--attention", "sdpa"])
     assert bench_lora.run_config(explicit, "lora-large", on_gpu=True).attention == "sdpa"
+
+
+def test_the_dpo_bench_builds_its_runs_as_bench_lora_does(tmp_path):
+    """bench.dpo takes bench.lora's runs (their shapes and attention) and trains a DPO step."""
+    import json
+
+    from bench import dpo
+
+    out = tmp_path / "dpo.json"
+    assert dpo.main(["--model", "tiny", "--large-model", "tiny", "--large-seq-len", "256",
+                     "--steps", "2", "--runs", "lora-large", "--json-out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert "error_text" not in row and row["attention"] == "sdpa" and row["objective"] == "dpo"
