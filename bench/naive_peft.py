@@ -30,7 +30,7 @@ def build(cfg, device, dtype=None):
 
     spec = lora.LoraSpec.from_config(cfg)
     lm = build_model(cfg.model, model_config(cfg.model), seed=cfg.seed, device=device,
-                     attention="sdpa", dtype=dtype or torch.bfloat16)
+                     attention=cfg.attention, dtype=dtype or torch.bfloat16)
     lm = get_peft_model(lm, spec.peft_config())
     lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.config.use_cache = False

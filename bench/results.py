@@ -131,13 +131,13 @@ def lora_rows(result: dict, name: str) -> list[list[str]]:
             ", naive PEFT" if "naive" in p else ", AC" if p["activation_checkpointing"] else "")
         if p.get("loss_chunk_tokens") not in (None, default_chunk):
             plan += f", loss chunk {p['loss_chunk_tokens']}"  # the planner's smaller one
-        if "naive" in p:  # the baseline passed no positions until it had this key
-            plan += ", causal rows" if "causal" in p.get("attention", "causal") else ""
-        elif _attention(r, result) != "sdpa":
-            plan += ", " + _attention(r, result)
         if "naive" in p:  # bench/naive_peft.py: no planner, no estimate
+            # the baseline passed no positions until its plan had this key
+            plan += ", causal rows" if "causal" in p.get("attention", "causal") else ""
             measured = [fmt(r.get("peak_gib"), ".2f"), "-", "-", "-"]
         else:
+            attention = _attention(r, result)
+            plan += "" if attention == "sdpa" else f", {attention}"
             now = estimate_from(r["inputs"]) / 2**30
             measured = [fmt(r.get("peak_gib"), ".2f"), f"{r['estimated_peak_gib']:.2f}",
                         fmt(r.get("estimate_error"), "+.1%"),

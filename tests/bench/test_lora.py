@@ -20,14 +20,14 @@ def packed(tmp_path_factory):
     return batch
 
 
-def _baseline_losses(packed, causal: bool) -> torch.Tensor:
-    """Each labelled token's loss under the baseline (fp32)."""
+def _baseline_losses(packed) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each labelled token's loss under the baseline (fp32): per document, and causal."""
     args = bench_lora.build_parser().parse_args(["--model", "tiny", "--large-model", "tiny",
                                                  "--large-seq-len", "256", "--lora-rank", "4"])
     cfg = bench_lora.run_config(args, "naive-large", on_gpu=False)
     lm, _, _ = naive_peft.build(cfg, torch.device("cpu"), dtype=torch.float32)
-    out = naive_peft.logits(lm, packed, torch.device("cpu"), causal).flatten(0, 1)
-    return _token_losses(out, packed.labels)
+    return tuple(_token_losses(naive_peft.logits(lm, packed, torch.device("cpu"), causal)
+                               .flatten(0, 1), packed.labels) for causal in (False, True))
 
 
 def _token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -45,7 +45,7 @@ def test_the_baseline_trains_our_loss_on_packed_rows(packed):
         expected = _token_losses(ours.lm.lm_head(hidden).flatten(0, 1), packed.labels)
         mean = float(ours(packed.inputs, packed.labels, packed.positions))  # the fused loss
     assert float(expected.mean()) == pytest.approx(mean, rel=1e-5)
-    same, crossing = _baseline_losses(packed, False), _baseline_losses(packed, True)
+    same, crossing = _baseline_losses(packed)
     assert torch.allclose(same, expected, rtol=0, atol=1e-5)
     assert (crossing - expected).abs().max() > 1e-3
 
