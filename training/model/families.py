@@ -63,7 +63,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("Phi-3 / Phi-4-mini", ("phi3",), "Phi3ForCausalLM",
            ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"), PREFIX, True,
            "full attention, fused QKV and gate/up", "microsoft/Phi-4-mini-instruct"),
-    Family("OLMo 2 / OLMo 3", ("olmo2", "olmo3"), "Olmo3ForCausalLM", ATTENTION_MLP, PREFIX,
+    Family("OLMo 2 / OLMo 3", ("olmo2", "olmo3"), "Olmo2ForCausalLM, Olmo3ForCausalLM", ATTENTION_MLP, PREFIX,
            True, "OLMo 3: 3 sliding-window : 1 full attention", "allenai/Olmo-3-7B-Instruct"),
     Family("SmolLM3", ("smollm3",), "SmolLM3ForCausalLM", ATTENTION_MLP, PREFIX, True,
            "full attention, every 4th layer without RoPE", "HuggingFaceTB/SmolLM3-3B"),
