@@ -65,7 +65,10 @@ def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
     try:
         return encoder(tok_name)
     except (OSError, ValueError) as e:
-        raise ModelError(f"--tokenizer {tok_name!r}: cannot load it "
+        from training.model.hub_access import hub_access_error
+
+        raise ModelError(hub_access_error("--tokenizer", tok_name, e) or
+                         f"--tokenizer {tok_name!r}: cannot load it "
                          f"({offline_reason() or str(e).splitlines()[0]})") from None
 
 

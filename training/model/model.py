@@ -15,6 +15,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
 from training.errors import first_line
+from training.model.hub_access import hub_access_error
 from training.model.loading import ModelError, check_model_dir, is_s3, local_dir
 from training.model.loss import fused_linear_cross_entropy, label_count
 
@@ -87,7 +88,8 @@ def model_config(spec: str, vocab_size: int | None = None) -> PretrainedConfig:
         try:
             config = AutoConfig.from_pretrained(local_dir(spec))
         except (OSError, ValueError) as e:
-            raise ModelError(f"--model {spec!r}: cannot load its config ({first_line(e)}); "
+            raise ModelError(hub_access_error("--model", spec, e) or
+                             f"--model {spec!r}: cannot load its config ({first_line(e)}); "
                              "pass a Hugging Face id, a local model directory, or a built-in "
                              f"shape {sorted(BUILTIN_SHAPES)}") from None
     if getattr(config, "quantization_config", None):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from training.config import TrainConfig
 from training.data.formats import MESSAGES
 from training.data.tokenize import HFEncoder
 
@@ -162,3 +163,19 @@ def test_qwen3_reasoning_turns_train_as_trls_sft_trains_them(family_tokenizers, 
     assert ours[0].endswith("Two and two.\n</think>\n\nIt is 4.<|im_end|>")
     assert ours[1].endswith("Three and three.\n</think>\n\nIt is 6.<|im_end|>")
     assert ours[2].endswith("You are welcome.<|im_end|>")  # its empty block trained per mode
+
+
+def test_preview_shows_what_a_qwen3_row_trains_thinking_blocks_included(family_tokenizers,
+                                                                        tmp_path):
+    import json
+
+    from training.data.preview import preview
+
+    data = tmp_path / "chats.jsonl"
+    data.write_text(json.dumps({"messages": THINKING}) + "\n")
+    cfg = TrainConfig(model="tiny", data=str(data), tokenizer=family_tokenizers["qwen3"])
+    (row,) = preview(cfg, HFEncoder(family_tokenizers["qwen3"]), 1)
+    assert row["trained"] == ["<think>\nTwo and two.\n</think>\n\nIt is 4.<|im_end|>",
+                              "<think>\nThree and three.\n</think>\n\nIt is 6.<|im_end|>",
+                              "<think>\n\n</think>\n\nYou are welcome.<|im_end|>"]
+    assert row["text"].startswith("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n")

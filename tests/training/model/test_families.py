@@ -131,3 +131,32 @@ def test_an_allowed_untested_architecture_says_so_in_the_runs_log(tmp_path, caps
         check_model(cfg, None)
     check_model(dataclasses.replace(cfg, allow_untested_architecture=True), None)
     assert "warning: untested architecture: --model GPT2LMHeadModel" in capsys.readouterr().out
+
+
+# What transformers 5.13 raises for a gated repository without access (utils/hub.py
+# `cached_files`), huggingface_hub's 401 message after its first lines.
+GATED = OSError("You are trying to access a gated repo.\nMake sure to have access to it at "
+                "https://huggingface.co/meta-llama/Llama-3.1-8B.\n401 Client Error. (Request ID: "
+                "x)\n\nCannot access gated repo for url https://huggingface.co/meta-llama/"
+                "Llama-3.1-8B/resolve/main/config.json.")
+
+
+def test_a_gated_model_without_access_is_one_line_naming_hftoken(monkeypatch):
+    import transformers
+
+    from training.model.loading import ModelError
+    from training.model.model import model_config
+
+    def refused(*args, **kwargs):
+        raise GATED
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", refused)
+    with pytest.raises(ModelError) as e:
+        model_config("meta-llama/Llama-3.1-8B")
+    message = str(e.value)
+    assert "gated" in message and "hfToken" in message and "HF_TOKEN" in message
+    assert "https://huggingface.co/meta-llama/Llama-3.1-8B" in message and "\n" not in message
+    with pytest.raises(ModelError, match="cannot load its config"):  # not a token problem
+        monkeypatch.setattr(transformers.AutoConfig, "from_pretrained",
+                            lambda *a, **k: (_ for _ in ()).throw(ValueError("bad config")))
+        model_config("org/model")
