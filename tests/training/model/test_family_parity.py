@@ -17,12 +17,35 @@ from training.config import TrainConfig
 
 FAMILIES = ["llama", "mistral", "qwen3", "gemma3_text", "phi3", "olmo3", "smollm3"]
 STEPS, BATCH, SEQ = 3, 4, 16
+IDS = torch.tensor([[5, 17, 42, 9, 120, 33, 7, 250, 11, 64]])
 # The engine builds a built-in shape's random init; `tiny` with another family's config is
 # that family's architecture at this size.
 CFG = TrainConfig(model="tiny", seq_len=SEQ, lr=1e-2, warmup_steps=0, grad_clip=0.05, seed=0)
 
 
-def _losses_and_weights(model_type: str, lora: bool) -> tuple[list[float], dict]:
+def _logits(engine) -> torch.Tensor:
+    engine.model.unshard()  # the root group; the layers gather themselves
+    with torch.no_grad():
+        out = engine.model.lm(input_ids=IDS).logits
+    engine.model.reshard()
+    return out
+
+
+def _export(engine, cfg: TrainConfig, out: str | None) -> str | None:
+    """The job's export of the trained model (LoRA: merged), fp32, and its logits on IDS."""
+    import pyarrow.fs as pafs
+
+    from training.run import export
+    from training.run.run_files import RunFiles
+
+    files = RunFiles(pafs.LocalFileSystem(), out) if out and dist.get_rank() == 0 else None
+    path = export.export(engine, dataclasses.replace(cfg, export=True, export_dtype="fp32"),
+                         files)
+    dist.barrier()
+    return path
+
+
+def _losses_and_weights(model_type: str, lora: bool, out: str | None = None) -> dict:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from training.model.lora import with_family_targets
@@ -42,25 +65,47 @@ def _losses_and_weights(model_type: str, lora: bool) -> tuple[list[float], dict]
                                                    cfg.lr, cfg.grad_clip)))
     state = get_model_state_dict(engine.model, options=StateDictOptions(full_state_dict=True,
                                                                         cpu_offload=True))
-    return losses, {k: v for k, v in state.items() if not lora or "lora_" in k}
+    weights = {k: v for k, v in state.items() if not lora or "lora_" in k}
+    return {"losses": losses, "weights": weights, "logits": _logits(engine),
+            "export": _export(engine, cfg, out and f"{out}/{model_type}-{int(lora)}")}
 
 
-def _every_family() -> dict:
-    return {(t, lora): _losses_and_weights(t, lora) for t in FAMILIES for lora in (False, True)}
+def _every_family(out: str | None) -> dict:
+    return {(t, lora): _losses_and_weights(t, lora, out) for t in FAMILIES
+            for lora in (False, True)}
 
 
 @pytest.fixture(scope="module")
-def both():
-    return run_ranks(1, _every_family)[0], run_ranks(2, _every_family)[0]
+def both(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("exports"))
+    return run_ranks(1, _every_family, None)[0], run_ranks(2, _every_family, out)[0]
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_two_fsdp2_ranks_train_each_family_as_one_process(both, model_type, lora):
-    (one_losses, one), (two_losses, two) = (r[(model_type, lora)] for r in both)
+    one_run, two_run = (r[(model_type, lora)] for r in both)
+    one_losses, one = one_run["losses"], one_run["weights"]
+    two_losses, two = two_run["losses"], two_run["weights"]
     assert one_losses[-1] < one_losses[0]  # it learns: a loss that is equal and flat proves less
     assert torch.allclose(torch.tensor(one_losses), torch.tensor(two_losses), rtol=1e-5)
     assert one.keys() == two.keys() and one
     bad = [(k, float((one[k] - two[k]).abs().max()), float(one[k].abs().max())) for k in one
            if not torch.allclose(one[k], two[k], rtol=1e-3, atol=5e-5)]
     assert not bad, bad
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "merged"])
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_each_familys_export_loads_with_from_pretrained_to_the_trained_logits(both, model_type,
+                                                                              lora):
+    """The two-rank run's export (fp32; LoRA merged into the base) read back by transformers
+    is the model that was trained: the same class and logits."""
+    from transformers import AutoModelForCausalLM
+
+    run = both[1][(model_type, lora)]
+    lm = AutoModelForCausalLM.from_pretrained(run["export"]).eval()
+    assert lm.config.model_type == model_type
+    with torch.no_grad():
+        logits = lm(input_ids=IDS).logits
+    assert torch.allclose(logits, run["logits"], atol=1e-4), (logits - run["logits"]).abs().max()
