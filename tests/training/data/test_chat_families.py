@@ -179,3 +179,31 @@ def test_preview_shows_what_a_qwen3_row_trains_thinking_blocks_included(family_t
                               "<think>\nThree and three.\n</think>\n\nIt is 6.<|im_end|>",
                               "<think>\n\n</think>\n\nYou are welcome.<|im_end|>"]
     assert row["text"].startswith("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n")
+
+
+@pytest.mark.parametrize("family", ["llama3_1", "gemma3", "phi3_5", "qwen3", "qwen3_5_think"])
+def test_the_export_keeps_the_familys_template_and_stops_at_its_end_of_turn(family_tokenizers,
+                                                                          family, tmp_path):
+    """The exported directory (the job's own writer) holds the family's chat template and a
+    generation config that stops at the token each trained turn ends with."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from tests.training.model.tiny_families import tiny_config
+    from training.run.export import write_model_dir
+
+    path = family_tokenizers[family]
+    enc = HFEncoder(path)
+    config = tiny_config("llama")
+    config.vocab_size = len(enc.tok)
+    lm = AutoModelForCausalLM.from_config(config)
+    cfg = TrainConfig(model="tiny", tokenizer=path)
+    write_model_dir(str(tmp_path), lm, lm.state_dict(), cfg)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    assert tok.chat_template == (_templates() / f"{FAMILIES[family][0]}.jinja").read_text()
+    stops = GenerationConfig.from_pretrained(tmp_path).eos_token_id
+    stops = stops if isinstance(stops, list) else [stops]
+    ids, trained = MESSAGES.encode_row({"messages": CHATS["system, two turns"]}, enc,
+                                       "completion")
+    ends = {ids[k] for k in range(len(ids)) if trained[k] and (k + 1 == len(ids)
+                                                               or not trained[k + 1])}
+    assert ends <= set(stops), (tok.convert_ids_to_tokens(sorted(ends)), stops)
