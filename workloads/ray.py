@@ -104,9 +104,11 @@ class RayWorkloads(pulumi.ComponentResource):
                     cfg, image=through_cache(cfg.image, a[1])), bundle, a[0]))
             self.rayjob_name = manifest.apply(lambda m: m["metadata"]["name"])
             self.head_service = self.rayjob_name.apply(head_service)
-            roles = [_rbac(f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m, in_ns)
-                     for m in head_rbac(namespace, self.rayjob_name,
-                                         cfg.end_on_scale_up_failure)]
+        # Whenever a run can start, the stack's or a submitted one (runJob false included):
+        # every head reads pods, events, nodes and the autoscaler status from its start.
+        roles = [_rbac(f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m, in_ns)
+                 for m in head_rbac(namespace, self.rayjob_name, cfg.end_on_scale_up_failure)]
+        if self.rayjob_name is not None:
             # KubeRay ignores spec changes of a RayJob ("Disregard changes in RayClusterSpec",
             # rayjob_controller.go), so any change is a new job, and the old one is deleted
             # first: its Ray cluster, and so its GPU nodes, go before the new job asks for them.

@@ -55,12 +55,16 @@ def _rayjob_rule(rayjob_name: str, end_on_scaleup_failure: bool) -> dict:
     return _rule("ray.io", ["rayjobs"], verbs, [rayjob_name])
 
 
-def head_rbac(namespace: str, rayjob_name: str, end_on_scaleup_failure: bool) -> list[dict]:
+def head_rbac(namespace: str, rayjob_name: str | None,
+              end_on_scaleup_failure: bool) -> list[dict]:
     """Roles and bindings for the service account of the Ray pods in `namespace` (the stack's,
-    StackConfig.namespace). `rayjob_name` may be a Pulumi Output (the name hashes the storage
-    URI): the builder only places it."""
-    rules = [_rule("", ["pods"], ["list"]), _rule("", ["events"], ["list"]),
-             _rayjob_rule(rayjob_name, end_on_scaleup_failure)]
+    StackConfig.namespace), on every stack: a run `python -m runs` submits to a `runJob: false`
+    stack reads pods, events, nodes and the autoscaler status through these too. `rayjob_name`:
+    the stack's own RayJob (a Pulumi Output: the name hashes the storage URI; the builder only
+    places it), None without one (a submitted run's own RayJob rule is `run_rbac`'s)."""
+    rules = [_rule("", ["pods"], ["list"]), _rule("", ["events"], ["list"])]
+    if rayjob_name is not None:
+        rules.append(_rayjob_rule(rayjob_name, end_on_scaleup_failure))
     status_role, nodes_role = f"{namespace}-head-autoscaler-status", f"{namespace}-head-nodes"
     return [
         {"apiVersion": RBAC, "kind": "Role", "metadata": {"name": ROLE, "namespace": namespace},
