@@ -24,6 +24,7 @@ stack's Role above, which is namespace-wide.
 from __future__ import annotations
 
 from stack.kube import SERVICE_ACCOUNT
+from workloads.owners import owned_by
 from training.head.scaleup import STATUS_CONFIGMAP, STATUS_NAMESPACE
 
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -88,8 +89,7 @@ def run_rbac(job: dict) -> list[dict]:
     meta = job["metadata"]
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
     ends = any("--end-on-scaleup-failure" in c.get("command", []) for c in head)
-    owners = [{"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
-               "uid": meta["uid"], "blockOwnerDeletion": False}]
+    owners = owned_by(job)
     name = f"{meta['name']}-head"
     role = {"apiVersion": RBAC, "kind": "Role", "metadata": {"name": name},
             "rules": [_rayjob_rule(meta["name"], ends)]}

@@ -128,3 +128,20 @@ def test_the_release_carries_the_scoped_values_and_starts_after_kuberay(dev):
         "matchLabels": {"kubernetes.io/metadata.name": "ray"}}
     assert dev.depends_on("addons-kueue", "addons-kuberay-operator")
     assert not dev.depends_on("addons-kuberay-operator", "addons-kueue")
+
+
+def test_an_existing_clusters_own_kueue_gets_only_the_stacks_queue_objects():
+    """existingKueue: no second release (its CRDs and webhooks are cluster-wide: Helm would
+    refuse them as another release's), the flavors and ClusterQueue named for the stack."""
+    m = run_program(DEV, {"existingClusterName": "shared-gpu", "existingKueue": "true"})
+    assert not m.of_type("kubernetes:helm.sh/v3:Release", "kueue")
+    queue = {r.type.rsplit(":", 1)[1]: r.inputs for r in m.resources
+             if "kueue.x-k8s.io" in r.type}
+    assert queue["ClusterQueue"]["metadata"]["name"] == "ray-train-dev-runs"
+    assert queue["LocalQueue"]["metadata"]["namespace"] == "ray-ray-train-dev"
+    job = m.one("kubernetes:ray.io/v1:RayJob").inputs
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "runs"
+    # Without the key the stack installs its own, scoped to its namespace.
+    own = run_program(DEV, {"existingClusterName": "shared-gpu"})
+    values = own.one("kubernetes:helm.sh/v3:Release", "kueue").inputs["values"]
+    assert "ray-ray-train-dev" in values["managerConfig"]["controllerManagerConfigYaml"]
