@@ -59,7 +59,8 @@ class ReadOnly:
         raise OSError(f"When initiating multiple part upload for key '{path}': AccessDenied")
 
 
-def test_a_watcher_that_cannot_write_warns_once_and_goes_on(tmp_path, capsys):
+def test_a_watcher_that_cannot_write_warns_once_and_goes_on(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(node_events, "SETTLE_S", 0.0)  # no API to retry: it writes at once
     fs, run = pafs.LocalFileSystem(), str(tmp_path / "run")
     node_notices.record(RunFiles(fs, run), ("ray-a",), (SICK,), 3)
     watch = node_watch.NodeWatch(ReadOnly(fs), run, KubeAPI("http://127.0.0.1:1"), poll_s=0.01)
