@@ -99,19 +99,26 @@ def test_a_bundle_over_the_configmap_limit_is_refused_before_anything_is_created
     assert api.requests == []
 
 
-def test_no_aws_credentials_for_the_token_is_one_line(tmp_path, api, capsys, caplog):
-    """The kubeconfig's exec plugin as `aws eks get-token` fails without credentials (the AWS
-    CLI's message, exit status 255): named once, no logging line, no retries."""
+def exec_outputs(tmp_path, api, script: str) -> str:
+    """An outputs file whose kubeconfig gets its token from `script`, run as the AWS CLI (its
+    `aws eks get-token` arguments)."""
     aws = tmp_path / "aws"
-    aws.write_text("#!/bin/sh\necho 'Unable to locate credentials. You can configure "
-                   "credentials by running \"aws configure\".' >&2\nexit 255\n")
+    aws.write_text("#!/bin/sh\n" + script)
     aws.chmod(aws.stat().st_mode | stat.S_IEXEC)
     kubeconfig = api.kubeconfig()
     kubeconfig["users"][0]["user"] = {"exec": {
         "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(aws),
         "args": ["eks", "get-token", "--cluster-name", "ray-train-dev"]}}
+    return str(outputs_file(tmp_path, kubeconfig))
+
+
+def test_no_aws_credentials_for_the_token_is_one_line(tmp_path, api, capsys, caplog):
+    """The kubeconfig's exec plugin as `aws eks get-token` fails without credentials (the AWS
+    CLI's message, exit status 255): named once, no logging line, no retries."""
+    path = exec_outputs(tmp_path, api, "echo 'Unable to locate credentials. You can configure "
+                        "credentials by running \"aws configure\".' >&2\nexit 255\n")
     caplog.set_level(logging.DEBUG)
-    assert main(["list", "--outputs", str(outputs_file(tmp_path, kubeconfig))]) == 2
+    assert main(["list", "--outputs", path]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no credentials for the cluster: ")
     assert ("eks get-token --cluster-name ray-train-dev` failed (exit status 255: Unable to "
@@ -120,14 +127,10 @@ def test_no_aws_credentials_for_the_token_is_one_line(tmp_path, api, capsys, cap
 
 
 def test_a_token_the_exec_plugin_prints_is_used(tmp_path, api, capsys):
-    aws = tmp_path / "aws"
-    aws.write_text("#!/bin/sh\necho '{\"apiVersion\": \"client.authentication.k8s.io/v1beta1\","
-                   " \"kind\": \"ExecCredential\", \"status\": {\"token\": \"test-token\"}}'\n")
-    aws.chmod(aws.stat().st_mode | stat.S_IEXEC)
-    kubeconfig = api.kubeconfig()
-    kubeconfig["users"][0]["user"] = {"exec": {
-        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(aws)}}
-    assert main(["list", "--outputs", str(outputs_file(tmp_path, kubeconfig))]) == 0
+    path = exec_outputs(tmp_path, api, "echo '{\"apiVersion\": \"client.authentication.k8s.io/"
+                        "v1beta1\", \"kind\": \"ExecCredential\", \"status\": {\"token\": "
+                        "\"test-token\"}}'\n")
+    assert main(["list", "--outputs", path]) == 0
     assert capsys.readouterr().out == "no runs\n"
 
 
