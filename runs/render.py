@@ -105,18 +105,19 @@ def _parsed(outputs: StackOutputs, overrides: dict[str, Any],
     so a value of the wrong type would hide the next setting's bad value: those keys are left
     out and the rest checked again, and every problem is listed at once."""
     found: list[str] = []
-    for attempt in range(2):
+    while True:  # each pass drops at least one key, or ends
         raw, region = stack_raw(outputs.stack, overrides)
         try:
             cfg = parse(raw, region, default_name=outputs.cluster_name)
         except ConfigError as e:
             found += [p for p in e.problems if p not in found]
-            mistyped = {k for k in overrides if f"training.{k}: expected" in "\n".join(e.problems)}
-            overrides = {k: v for k, v in overrides.items() if k not in mistyped}
+            text = "\n".join(e.problems)
+            mistyped = {k for k in overrides if f"training.{k}: expected" in text}
             if not mistyped:
                 break
+            overrides = {k: v for k, v in overrides.items() if k not in mistyped}
             continue
-        if attempt == 0:
+        if not found:
             return cfg
         break
     problems += found
