@@ -18,7 +18,9 @@ no full [tokens, vocab] logits tensor is ever held (as with the SFT loss, loss.p
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -137,7 +139,7 @@ class DpoObjective:
     def reference(self, model, batch) -> torch.Tensor:
         if batch.ref is not None:
             return batch.ref
-        with torch.no_grad(), adapters_off(model):
+        with torch.no_grad(), adapters_off(model), eval_mode(model):
             return answer_logps(model, batch.inputs, batch.labels, batch.positions)
 
     def loss(self, model, batch, normalizer: torch.Tensor) -> torch.Tensor:
@@ -160,6 +162,21 @@ def pair_mask(labels: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Rows that hold a pair (both answers have a label); evaluation's padding rows hold none."""
     seg, counted = segments(positions), labels != IGNORE_INDEX
     return ((counted & (seg == 0)).any(1) & (counted & (seg == 1)).any(1))
+
+
+@contextlib.contextmanager
+def eval_mode(model) -> Iterator[None]:
+    """`model` in eval mode (no dropout) while inside, then back in the mode it was in: every
+    evaluation (SFT's and DPO's) and every reference log-probability is computed so, as TRL's
+    `disable_dropout=True` and HF Trainer's `evaluation_loop` do. With dropout on, a reference
+    would otherwise be a noisy draw, differ between two passes over the same pairs, and take
+    draws from the training RNG."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
 
 
 class adapters_off:

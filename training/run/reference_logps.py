@@ -26,7 +26,7 @@ from training.data import DataError
 from training.data.cache import TOKENS_FILE
 from training.data.prepare import PreparedData
 from training.data.preference import PairSamples
-from training.model.dpo import DpoObjective, PairStats, answer_logps
+from training.model.dpo import DpoObjective, PairStats, answer_logps, eval_mode
 from training.step.engine import Engine
 from training.step.memory import BatchPlan
 
@@ -43,7 +43,7 @@ def compute(engine: Engine, samples: PairSamples, batch: int, rank: int,
     rank computes its strided share, one all-reduce joins them."""
     out = torch.zeros(samples.n, 2, dtype=torch.float64, device=engine.device)
     steps = -(-(-(-samples.n // world)) // batch)
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(engine.model):
         for s in range(steps):
             picks = [rank + world * (s * batch + b) for b in range(batch)]
             b = samples.batch_of([min(p, samples.n - 1) for p in picks]).to(engine.device)
@@ -93,7 +93,7 @@ class PreferenceEvaluator:
     def loss(self, engine: Engine) -> float:
         objective = DpoObjective(self.beta, PairStats())
         one = torch.ones((), device=engine.device)
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(engine.model):
             for b in self.batches:
                 objective.loss(engine.model, b.to(engine.device), one)
         sums = objective.stats.sums.clone()

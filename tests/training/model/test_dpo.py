@@ -195,3 +195,40 @@ def test_the_chunked_log_probs_have_autograds_gradients(chunk):
     torch.testing.assert_close(ours.double(), full, rtol=0, atol=1e-6)
     for a, b in zip(grads, expected):
         torch.testing.assert_close(a.double(), b, rtol=1e-6, atol=1e-6)
+
+
+def _with_dropout(data: str, directory: str) -> dict:
+    """LoRA with --lora-dropout 0.3 and a full model with attention dropout 0.1: the preference
+    evaluation, the stored reference and the LoRA reference, each twice, and in eval mode."""
+    fs = pafs.LocalFileSystem()
+    PairCache(fs, directory, "x").build(Source.open(data), ByteEncoder(), CFG.seq_len)
+    samples = PairSamples(fs, directory)
+    out = {}
+    for rank in (0, 4):
+        cfg = TrainConfig(**{**CFG.to_dict(), "lora_rank": rank, "lora_dropout": 0.3 * bool(rank)})
+        engine = build_engine(cfg, model_config("tiny", BYTES_VOCAB), torch.device("cpu"))
+        for m in engine.model.modules():
+            if hasattr(m, "attention_dropout"):
+                m.attention_dropout = 0.1
+        evaluator = reference_logps.PreferenceEvaluator(
+            samples.strided(rank=0, world=1, batch=4), 0, 1, cfg.dpo_beta)
+        if rank:
+            objective, batch = DpoObjective(cfg.dpo_beta), samples.batch_of([0, 1, 2, 3])
+            values = [objective.reference(engine.model, batch) for _ in range(2)]
+        else:
+            values = [reference_logps.compute(engine, samples, 4, 0, 1) for _ in range(2)]
+        values += [evaluator.loss(engine), evaluator.loss(engine)]
+        trains = engine.model.training
+        engine.model.eval()
+        values.append(evaluator.loss(engine))
+        out[rank] = {"values": values, "trains_after": trains}
+    return out
+
+
+def test_evaluation_and_references_run_without_dropout_and_training_resumes(tmp_path):
+    data = pairs_file(tmp_path / "pairs.jsonl", 8)
+    out = run_ranks(1, _with_dropout, data, str(tmp_path / "c"))[0]
+    for rank, r in out.items():
+        first, again, loss, loss_again, loss_in_eval = r["values"]
+        np.testing.assert_array_equal(np.asarray(first), np.asarray(again))
+        assert loss == loss_again == loss_in_eval and r["trains_after"], rank
