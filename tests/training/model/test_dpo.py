@@ -18,8 +18,8 @@ import torch
 from tests.training.inproc import run_ranks
 from training.config import TrainConfig
 from training.data import DataError
-from training.data.packing import decode
-from training.data.preference import PairCache, PairSamples, row_of
+from training.data.packing import decode, row_of
+from training.data.preference import PairCache, PairSamples
 from training.data.source import Source
 from training.data.tokenize import BYTES_VOCAB, ByteEncoder
 from training.model.dpo import DpoObjective, answer_logps, sigmoid_loss, token_logps
@@ -94,24 +94,26 @@ def test_reward_accuracy_rises_and_the_margin_turns_positive(trained, rank):
 
 
 def test_chosen_and_rejected_in_one_row_never_attend_to_each_other():
-    """A pair's answer log-probabilities packed in one row equal those of each sequence alone."""
+    """A pair's answer log-probabilities packed in one row after another pair equal those of
+    each sequence alone."""
     torch.manual_seed(0)
     lm = CausalLMWithLoss(build_model("tiny", model_config("tiny", BYTES_VOCAB), seed=0), 16)
     enc = ByteEncoder()
     pair = (enc.prompt_completion("1+2=", "3"), enc.prompt_completion("1+2=", "4 or so"))
-    packed = decode(row_of(pair, 40)[None])
-    together = answer_logps(lm, packed.inputs, packed.labels, packed.positions)[0]
+    other = (enc.prompt_completion("9+9=", "18"), enc.prompt_completion("9+9=", "81"))
+    packed = decode(row_of([other, pair], 60)[None])
+    together = answer_logps(lm, packed.inputs, packed.labels, packed.positions, 2)[0, 1]
     alone = []
     for seq in pair:
-        b = decode(row_of((seq, seq), 2 * len(seq[0]))[None])
-        alone.append(answer_logps(lm, b.inputs, b.labels, b.positions)[0, 0])
+        b = decode(row_of([(seq, seq)], 2 * len(seq[0]))[None])
+        alone.append(answer_logps(lm, b.inputs, b.labels, b.positions)[0, 0, 0])
     torch.testing.assert_close(together, torch.stack(alone), rtol=0, atol=1e-5)
 
 
 def test_a_resume_reads_the_stored_reference_and_never_recomputes_it(tmp_path):
     data = pairs_file(tmp_path / "pairs.jsonl", 12)
     table = run_ranks(1, _resume_table, data, str(tmp_path / "c"))[0]
-    assert table["fresh"].shape == (12, 2)
+    assert table["fresh"].shape == (6, 2, 2)  # 12 pairs, at most two a row of 129 tokens
     np.testing.assert_array_equal(table["resumed"], table["fresh"])
     assert not np.allclose(table["moved"], table["fresh"], atol=1e-3)
     assert "cannot recompute" in table["missing"]
@@ -164,10 +166,10 @@ def test_the_loss_on_a_fixed_batch_equals_trl_dpotrainer(tmp_path, tokenizer_dir
     trl_loss = trainer._compute_loss(trainer.model, inputs, return_outputs=False)
 
     def ours(model):
-        rows = np.stack([row_of(((e["prompt_ids"] + e["chosen_ids"],
+        rows = np.stack([row_of([((e["prompt_ids"] + e["chosen_ids"],
                                   [False] * len(e["prompt_ids"]) + [True] * len(e["chosen_ids"])),
                                  (e["prompt_ids"] + e["rejected_ids"],
-                                  [False] * len(e["prompt_ids"]) + [True] * len(e["rejected_ids"]))),
+                                  [False] * len(e["prompt_ids"]) + [True] * len(e["rejected_ids"])))],
                                 48) for e in enc])
         b = decode(rows)
         return answer_logps(CausalLMWithLoss(model, 7), b.inputs, b.labels, b.positions)
