@@ -354,6 +354,7 @@ def _summary(result, storage: Storage, plan: RunPlan,
     saved = saved_summary(cfg, storage) or RunSummary()
     summary = dataclasses.replace(
         saved, data_format=plan.data.data_format if plan.data else cfg.data,
+        data_rows=plan.data.rows if plan.data else None,
         checkpoint=storage.display(ckpt.path) if ckpt else None,
         checkpoint_gib=_size_gib(storage.filesystem, ckpt.path) if ckpt else None,
         run_dir=storage.display(run_dir),
