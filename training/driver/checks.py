@@ -31,11 +31,15 @@ def absolute_paths(cfg: TrainConfig) -> TrainConfig:
 
 
 def check_model(cfg: TrainConfig, tokenizer_vocab: int | None):
-    """The model's shape (a PretrainedConfig), reachable, with --seq-len within its positions;
-    a built-in shape takes the tokenizer's vocabulary (`tokenizer_vocab`, None: random tokens)."""
+    """The model's shape (a PretrainedConfig), reachable, of a supported family
+    (model/families.py), with --seq-len within its positions; a built-in shape takes the tokenizer's vocabulary (`tokenizer_vocab`, None: random tokens)."""
+    from training.model.families import check
     from training.model.model import is_builtin, max_positions, model_config
 
     config = model_config(cfg.model, tokenizer_vocab if is_builtin(cfg.model) else None)
+    _, limits = check(config, cfg.allow_untested_architecture)  # outside the table: refused
+    if limits:
+        print(f"warning: {limits}", flush=True)
     limit = max_positions(config)
     if limit and cfg.seq_len > limit:
         raise ConfigError([f"--seq-len {cfg.seq_len} is beyond the model's {limit} positions "

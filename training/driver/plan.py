@@ -21,12 +21,13 @@ def build(cfg: TrainConfig) -> tuple[RunPlan, Storage]:
     cluster time and leaves nothing in the run directory but what the data wrote."""
     from training.data.prepare import DataPlan, describe
     from training.evals import tasks as evals_tasks
-    from training.model.lora import LoraSpec, count_on_meta
+    from training.model.lora import LoraSpec, count_on_meta, with_family_targets
     from training.storage import check_writable, resolve
 
     cfg = evals_tasks.checked(checks.absolute_paths(cfg))  # an unknown lm-eval task fails here
     enc = None if cfg.data in RANDOM_DATA else checks.check_data_and_tokenizer(cfg)
     model = checks.check_model(cfg, enc.vocab_size() if enc else None)
+    cfg = with_family_targets(cfg, model)
     spec = LoraSpec.from_config(cfg)
     counts = count_on_meta(model, spec)  # LoRA targets the model lacks fail here
     _check_memory(cfg, model, counts, spec)
