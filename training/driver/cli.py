@@ -56,9 +56,17 @@ class JobError(RuntimeError):
     """The training run failed; the message is the root cause."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse error is its one line and where the flags are listed: the default prints the
+    whole usage (50 lines of flags) before it."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"error: {message} (`{self.prog} --help` lists every flag)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0],
-                                 epilog=demo_epilog())
+    ap = _Parser(prog="python -m training", description=__doc__.split("\n")[0],
+                 epilog=demo_epilog())
     ap.add_argument("--local", action="store_true", help="local Ray, 2 CPU workers, `tiny` model "
                     "(the defaults of a laptop run; other flags still apply)")
     ap.add_argument("--demo", action="store_true", help="--local, trained on the shipped sample "

@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 from tests.conftest import REPO
+from tests.training.driver.freeze_cli import SNAPSHOT
+from training.config import options
+from training.driver.cli import build_parser, parse
 
 HELP = """
 import runpy, sys
@@ -36,3 +39,18 @@ def test_bad_data_and_bad_model_exit_2_with_one_error_line_before_ray(tmp_path):
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
         assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
         assert not (tmp_path / "runs").exists()
+
+
+def test_a_bad_flag_is_one_line_pointing_at_help_and_the_test_hooks_stay_out_of_help():
+    proc = subprocess.run([sys.executable, "-m", "training", "--steps", "abc"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("error: argument --steps: invalid int value: 'abc' "
+                           "(`python -m training --help` lists every flag)\n")
+    parser = build_parser()
+    shown = parser.format_help() + parser.format_usage()
+    hooks = [o.flag for o in options() if o.group]
+    assert hooks and not [h for h in hooks if h in shown], hooks
+    assert "test hooks" not in shown
+    assert all(h in SNAPSHOT.read_text() for h in hooks)  # still accepted, still frozen
+    assert parse(["--fault-at-step", "3"]).test_hooks.fault_at_step == 3
