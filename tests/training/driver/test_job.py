@@ -280,6 +280,7 @@ def mlflow_run(uri: str, run_id: str) -> dict:
 def test_more_workers_than_the_cluster_has_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="needs 64 CPUs"):
         run(tmp_path, "--num-workers", "64")
+    assert not (tmp_path / "runs").exists()  # refused once Ray was there: nothing left behind
 
 
 def test_empty_dataset_is_rejected_before_training(tmp_path, tokenizer_dir):
