@@ -167,6 +167,27 @@ def poll_rows(result: dict, name: str) -> list[list[str]]:
     return out
 
 
+def dpo_rows(result: dict, name: str) -> list[list[str]]:
+    """bench.dpo's rows: the LoRA table's columns, then the pairs a row holds and the pairs'
+    own tokens per second (the rows' end padding left out). A run of one pair a row (before
+    packing) has no such count in its JSON: `<name>-share.json` beside it, when there, gives
+    its rows' measured non-padding share per --seq-len."""
+    share_file = RUNS.parent / name.replace(".json", "-share.json")
+    shares = json.loads(share_file.read_text()) if share_file.exists() else {}
+    rows = []
+    for r in result["rows"]:
+        if "pairs_per_row" in r:  # packed: a row is two sequences of --seq-len
+            r = {**r, "inputs": {**r["inputs"], "seq_len": 2 * r["inputs"]["seq_len"]}}
+        rows.append(r)
+    out = []
+    for r, line in zip(rows, lora_rows({**result, "rows": rows}, name)):
+        share = shares.get(str(r["seq_len"]), {}).get("real_share")
+        pair_tps = r.get("pair_tokens_per_s") or (share and r.get("tokens_per_s", 0) * share)
+        out.append(line[:-2] + [str(r.get("pairs_per_row", 1 if share else "-")),
+                                fmt(pair_tps, ",.0f")] + line[-2:])
+    return out
+
+
 PROVENANCE = ["date (UTC)", "GPU x world", "torch / NCCL"]
 # The job's engine on one GPU under a budget (bench.lora, bench.dpo): one row per run.
 ENGINE_COLUMNS = PROVENANCE + ["run", "model", "LoRA rank", "budget GiB", "sequences x seq",
@@ -204,10 +225,13 @@ SECTIONS = {
              "mean of the last three.",
              ENGINE_COLUMNS, lora_rows),
     "dpo": ("A DPO step on one GPU (`python -m bench.dpo`)",
-            "The same engine and columns as the LoRA table, with --objective dpo: each row a "
-            "chosen and a rejected answer; the first loss is ln 2 (0.693) while the policy is "
-            "the reference.",
-            ENGINE_COLUMNS, lora_rows),
+            "The same engine and columns as the LoRA table, with --objective dpo; the first "
+            "loss is ln 2 (0.693) while the policy is the reference. Up to 2026-12-02 one pair "
+            "a row of --seq-len + 1 tokens; since 2026-12-03 pairs packed in rows of 2 x "
+            "--seq-len + 1 (`sequences x seq` counts rows of --seq-len). tokens/s counts the "
+            "rows' tokens, pair tokens/s only the pairs' (what trains).",
+            ENGINE_COLUMNS[:-2] + ["pairs a row", "pair tokens/s"] + ENGINE_COLUMNS[-2:],
+            dpo_rows),
     "checkpoint": ("Training throughput with checkpoints (`python -m bench.checkpoints`)",
                    "The real job; tokens/s with checkpoints counts everything since the first "
                    "step began, saves included.",

@@ -121,19 +121,35 @@ def encoded_rows(source: Source, encode: Callable[[dict], T],
         yield where, number, encoded
 
 
-def documents(source: Source, enc: Encoder, loss_tokens: str, skipped: Skipped) -> Iterator[
-        tuple[str, int, Format, list[int], list[bool]]]:
-    """(file, row number, format, ids, trained flags) of every row in order, the format told
-    from the first row that has one."""
+def sft_encoder(enc: Encoder, loss_tokens: str) -> Callable[[dict], tuple[Format, list[int],
+                                                                          list[bool]]]:
+    """A row's (format, ids, trained flags), the format told from the first row that has one."""
     fmt = None
 
     def encode(row: dict) -> tuple[Format, list[int], list[bool]]:
         nonlocal fmt
         fmt = fmt or detect(list(row))
         return fmt, *fmt.encode_row(row, enc, loss_tokens)
+    return encode
 
-    for where, number, (f, ids, trained) in encoded_rows(source, encode, skipped):
+
+def documents(source: Source, enc: Encoder, loss_tokens: str, skipped: Skipped) -> Iterator[
+        tuple[str, int, Format, list[int], list[bool]]]:
+    """(file, row number, format, ids, trained flags) of every row that can train, in order."""
+    for where, number, (f, ids, trained) in encoded_rows(source, sft_encoder(enc, loss_tokens),
+                                                         skipped):
         yield where, number, f, ids, trained
+
+
+def held_out_rows(source: Source, encode: Callable[[dict], object],
+                  fraction: float) -> Iterator[dict]:
+    """The rows of the evaluation split, in order: of the rows `encode` accepts (the skipped
+    ones left out, as a build skips them), those whose count `held_out` holds out. The one
+    definition the cache's split, --sample-prompts and the shipped lm-eval task share."""
+    accepted = encoded_rows(source, lambda row: (row, encode(row)), Skipped())
+    for n, (_, _, (row, _)) in enumerate(accepted):
+        if held_out(n, fraction):
+            yield row
 
 
 @dataclass(frozen=True)

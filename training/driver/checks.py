@@ -21,11 +21,14 @@ if TYPE_CHECKING:
 
 
 def absolute_paths(cfg: TrainConfig) -> TrainConfig:
-    """--model and --tokenizer that name local directories, made absolute once here: the workers
-    (another working directory) and the export read them as the driver does."""
-    fixed = {name: os.path.abspath(value) for name in ("model", "tokenizer")
-             if (value := getattr(cfg, name)) and os.path.isdir(value)
-             and not os.path.isabs(value)}
+    """--model and --tokenizer that name local directories, and --data and --eval-data that
+    name local files or folders, made absolute once here: the workers (another working
+    directory: their --sample-prompts read the data) and the export read them as the driver
+    does. (--harness-tasks' paths: evals/tasks.py `checked`.)"""
+    local = {"model": os.path.isdir, "tokenizer": os.path.isdir, "data": os.path.exists,
+             "eval_data": os.path.exists}
+    fixed = {name: os.path.abspath(value) for name, exists in local.items()
+             if (value := getattr(cfg, name)) and exists(value) and not os.path.isabs(value)}
     return dataclasses.replace(cfg, **fixed)
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 # transformers or Ray (10-28 s of imports); each step of `run` imports its own layer.
 from training.config import RANDOM_DATA, ConfigError, TrainConfig, exclusive
 from training.pod_contract import RUN_STARTED_ENV
-from training.data.synthetic import SHIPPED
+from training.data.synthetic import PAIRS, SHIPPED
 from training.data.tokenize import BYTES
 from training import run_names
 from training.driver import quiet
@@ -108,6 +108,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, int | None]:
     if "mlflow_tracking_uri" not in given and os.environ.get(MLFLOW_ENV):
         given["mlflow_tracking_uri"] = os.environ[MLFLOW_ENV]
     base = {**LOCAL_DEFAULTS, **DEMO_DEFAULTS} if demo else dict(LOCAL_DEFAULTS) if local else {}
+    if demo and given.get("objective") == "dpo":  # the shipped pairs (training/data/synthetic.py)
+        base["data"] = str(PAIRS)
     if demo and "name" not in given:
         given["name"] = run_names.named_after(TrainConfig(**{**base, **given}), DEMO_NAME,
                                               TrainConfig(**base))
