@@ -23,7 +23,7 @@ def _api(fake: kube_fake.FakeKube, tmp_path) -> KubeAPI:
     return KubeAPI.in_cluster(env, sa)
 
 
-def _wait(predicate, timeout_s: float = 20.0) -> None:
+def _wait(predicate, timeout_s: float = 300.0) -> None:  # a limit only for a hang
     deadline = time.monotonic() + timeout_s
     while not predicate():
         assert time.monotonic() < deadline, "not within the time"
