@@ -249,17 +249,18 @@ def _build_variant(name: str, cfg: TrainConfig, worker: _Worker, row: dict):
 
 
 def _flops_per_token(worker: _Worker) -> tuple[float, int]:
-    """The job's FLOPs accounting, 6N (tied head counted once) + attention, and N."""
+    """The job's FLOPs accounting, 6N (the input embedding of an untied model left out) +
+    attention, and N."""
     import torch
 
     from training.model.model import build_model, count_params
-    from training.step.metrics import flops_per_token
+    from training.step.metrics import flops_per_token, input_embedding
 
     cfg = worker.model_cfg
     with torch.device("meta"):
         n_params = count_params(build_model(worker.base.model, cfg, seed=0))
     return flops_per_token(n_params, cfg.num_hidden_layers, cfg.hidden_size,
-                           worker.base.seq_len), n_params
+                           worker.base.seq_len, embedding=input_embedding(cfg)), n_params
 
 
 def _add_mfu(rows: list[dict], fpt: float, matmul: float | None, device) -> None:

@@ -96,7 +96,7 @@ def estimate_inputs(engine, cfg: TrainConfig) -> dict:
     return {"model": cfg.model, "vocab_size": engine.model.lm.config.vocab_size,
             "num_params": engine.num_params, "shard_size": int(plan.mesh.split("x")[1]),
             "world": 1, "compiled": plan.compile, "micro_batch": plan.micro_batch_size,
-            "seq_len": cfg.seq_len, "grad_accum": plan.grad_accum,
+            "seq_len": cfg.sample_tokens, "grad_accum": plan.grad_accum,
             "reduce_dtype": plan.reduce_dtype, "accum_dtype": plan.accum_dtype,
             "checkpointing": plan.activation_checkpointing,
             "zero2": not plan.reshard_after_forward, "loss_chunk_tokens": plan.loss_chunk_tokens,

@@ -2,8 +2,10 @@
 
 The job's engine on one rank (bench/lora.py `measure_run`, so the rows are comparable with its
 SFT ones), `--objective dpo` on preference pairs made from the shipped instruction set (chosen:
-a row's own answer; rejected: the next different answer, to the same question), packed one pair a row
-by the job's PairCache, the `bytes` tokenizer on the shape's own vocabulary. Runs:
+a row's own answer; rejected: the next different answer, to the same question), packed by the
+job's PairCache (as many whole pairs a row as fit), the `bytes` tokenizer on the shape's own
+vocabulary. `tokens_per_s` counts the rows' tokens, `pair_tokens_per_s` only the pairs' (the
+rows' end padding left out: what a step really trains on). Runs:
   lora-large   --large-model (7B) with --lora-rank under --memory-budget-gib: the reference is
                the same model with its adapters off, one no-grad forward more per micro-batch
   full-budget  --model (1.5B), full fine-tuning under --memory-budget-gib (the planner's
@@ -51,11 +53,26 @@ def setup_for(cfg, directory: str, data: str):
 
         fs = pafs.LocalFileSystem()
         PairCache(fs, directory, "x").build(Source.open(data), ByteEncoder(), cfg.seq_len)
-        engine.objective = DpoObjective(cfg.dpo_beta)
         ref = None if engine.lora else reference_logps.compute(
             engine, PairSamples(fs, directory), engine.plan.micro_batch_size, 0, 1)
-        return PairSamples(fs, directory, seed=cfg.seed, ref=ref)
+        samples = PairSamples(fs, directory, seed=cfg.seed, ref=ref)
+        engine.objective = DpoObjective(cfg.dpo_beta, real_share=samples.real_share)
+        return samples
     return setup
+
+
+@dataclasses.dataclass(frozen=True)
+class PairShare:
+    """Of a pair cache's training rows: the share of their tokens that are pairs' (not the row
+    end's padding), and the most pairs a row holds."""
+    real: float
+    pairs_per_row: int
+
+    @classmethod
+    def of(cls, directory: str) -> "PairShare":
+        index = json.loads(Path(directory, "index.json").read_text())
+        return cls(index["real_tokens"] / (index["samples"] * index["sample_tokens"]),
+                   index["pairs_per_row"])
 
 
 def build_parser():
@@ -76,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(lora.run_config(args, run, device.type == "cuda"),
                                   objective="dpo", data=data)
         setup = setup_for(cfg, f"{d}/{run}", data)
-        return {"objective": "dpo", **lora.measure_run(cfg, None, device, setup=setup)}
+        row = {"objective": "dpo", **lora.measure_run(cfg, None, device, setup=setup)}
+        if "tokens_per_s" in row:  # the pairs' own tokens, the rows' end padding left out
+            share = PairShare.of(f"{d}/{run}")
+            row.update(pairs_per_row=share.pairs_per_row, real_share=share.real,
+                       pair_tokens_per_s=row["tokens_per_s"] * share.real)
+        return row
 
     return lora.run_all(args, argv, KIND, RUNS, measure)
 

@@ -122,7 +122,7 @@ def _train(engine, cfg: TrainConfig, samples, profile: Path | None = None) -> di
         finite = finite and math.isfinite(float(engine.grad_norm))
         if step == 1:
             started = time.perf_counter()
-    tokens = (cfg.steps - 1) * plan.micro_batch_size * plan.grad_accum * cfg.seq_len
+    tokens = (cfg.steps - 1) * plan.micro_batch_size * plan.grad_accum * cfg.sample_tokens
     out = {"tokens_per_s": tokens / (time.perf_counter() - started), "losses": losses,
            "first_loss": losses[0], "last_loss": sum(losses[-3:]) / len(losses[-3:]),
            "grad_norms_finite": finite}

@@ -221,8 +221,14 @@ class TrainConfig:
             object.__setattr__(self, "name", default_name(self))
 
     @property
+    def sample_tokens(self) -> int:
+        """Input tokens of one sample row: --seq-len, or for --objective dpo two sequences of
+        it (TRL's max_length each, training/data/preference.py), the planner's unit."""
+        return self.seq_len * (2 if self.objective == "dpo" else 1)
+
+    @property
     def tokens_per_step_per_worker(self) -> int:
-        return self.micro_batch_size * self.grad_accum * self.seq_len
+        return self.micro_batch_size * self.grad_accum * self.sample_tokens
 
     def sequences_per_worker(self, world: int) -> int:
         """Sequences each of `world` workers trains on per optimizer step: --tokens-per-step's
@@ -230,7 +236,7 @@ class TrainConfig:
         The one count the batch planner and the driver's epoch arithmetic both read."""
         if self.tokens_per_step is None:
             return self.micro_batch_size * self.grad_accum
-        return max(1, self.tokens_per_step // (self.seq_len * world))
+        return max(1, self.tokens_per_step // (self.sample_tokens * world))
 
     def problems(self) -> list[str]:
         """Every problem with these settings, each naming its flag and the fix: every option
@@ -305,9 +311,10 @@ class TrainConfig:
             out.append(f"--hsdp-replicas must be at least 1 and divide --num-workers "
                        f"{self.num_workers} (got {self.hsdp_replicas})")
         if self.tokens_per_step is not None:
-            unit = self.seq_len * self.num_workers
+            unit = self.sample_tokens * self.num_workers
             if unit >= 1 and (self.tokens_per_step < unit or self.tokens_per_step % unit):
-                out.append(f"--tokens-per-step must be a positive multiple of --seq-len x "
+                rows = "2 x --seq-len (a pair row)" if self.objective == "dpo" else "--seq-len"
+                out.append(f"--tokens-per-step must be a positive multiple of {rows} x "
                            f"--num-workers = {unit} (got {self.tokens_per_step}; e.g. "
                            f"{unit * max(1, round(self.tokens_per_step / unit))})")
         return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -91,25 +91,65 @@ class Skipped:
             self.reasons.append(reason)
 
     def check(self) -> None:
-        """Refuse the data when more than SKIP_SHARE of its rows cannot train."""
-        if self.rows and self.rows > SKIP_SHARE * self.of:
+        """Refuse the data when more than max(1 row, SKIP_SHARE of its rows) cannot train (one
+        odd row never ends a run, however small the file), or when none can."""
+        if self.rows and (self.rows == self.of or self.rows > max(1.0, SKIP_SHARE * self.of)):
             raise DataError(f"{'; '.join(self.reasons)} ({self.rows} of {self.of} rows cannot "
-                            f"be trained on, more than the {SKIP_SHARE:.0%} a run skips)")
+                            f"be trained on, more than the {SKIP_SHARE:.0%} (or one row) a run "
+                            "skips)")
+
+    def index(self) -> dict:
+        """The cache index's record of the skipped rows (prepare.describe logs it)."""
+        return {"skipped_rows": self.rows, "skipped_reasons": self.reasons}
+
+
+T = TypeVar("T")
+
+
+def encoded_rows(source: Source, encode: Callable[[dict], T],
+                 skipped: Skipped) -> Iterator[tuple[str, int, T]]:
+    """(file, row number, `encode(row)`) of every row in order; a row `encode` refuses
+    (RowError) goes to `skipped` with its file and row. SFT's documents and DPO's pairs both
+    come through here, so a bad row is skipped and counted the same way for either."""
+    for where, number, row in source.rows():
+        skipped.of += 1
+        try:
+            encoded = encode(row)
+        except RowError as e:
+            skipped.add(f"{where} row {number}: {e}")
+            continue
+        yield where, number, encoded
+
+
+def sft_encoder(enc: Encoder, loss_tokens: str) -> Callable[[dict], tuple[Format, list[int],
+                                                                          list[bool]]]:
+    """A row's (format, ids, trained flags), the format told from the first row that has one."""
+    fmt = None
+
+    def encode(row: dict) -> tuple[Format, list[int], list[bool]]:
+        nonlocal fmt
+        fmt = fmt or detect(list(row))
+        return fmt, *fmt.encode_row(row, enc, loss_tokens)
+    return encode
 
 
 def documents(source: Source, enc: Encoder, loss_tokens: str, skipped: Skipped) -> Iterator[
         tuple[str, int, Format, list[int], list[bool]]]:
-    """(file, row number, format, ids, trained flags) of every row in order, the format told
-    from the first row that has one; a row that cannot train goes to `skipped`, with its file
-    and row."""
-    fmt = None
-    for where, number, row in source.rows():
-        skipped.of += 1
-        try:
-            fmt = fmt or detect(list(row))
-            yield where, number, fmt, *fmt.encode_row(row, enc, loss_tokens)
-        except RowError as e:
-            skipped.add(f"{where} row {number}: {e}")
+    """(file, row number, format, ids, trained flags) of every row that can train, in order."""
+    for where, number, (f, ids, trained) in encoded_rows(source, sft_encoder(enc, loss_tokens),
+                                                         skipped):
+        yield where, number, f, ids, trained
+
+
+def held_out_rows(source: Source, encode: Callable[[dict], object],
+                  fraction: float) -> Iterator[dict]:
+    """The rows of the evaluation split, in order: of the rows `encode` accepts (the skipped
+    ones left out, as a build skips them), those whose count `held_out` holds out. The one
+    definition the cache's split, --sample-prompts and the shipped lm-eval task share."""
+    accepted = encoded_rows(source, lambda row: (row, encode(row)), Skipped())
+    for n, (_, _, (row, _)) in enumerate(accepted):
+        if held_out(n, fraction):
+            yield row
 
 
 @dataclass(frozen=True)
@@ -168,5 +208,4 @@ class TokenCache:
                 "data_format": fmt.name if fmt else None,
                 "documents": train.documents, "eval_documents": held.documents,
                 "max_token_id": max_id, "loss_tokens": loss_tokens,
-                "trained_tokens": trained_tokens, "skipped_rows": skipped.rows,
-                "skipped_reasons": skipped.reasons}
+                "trained_tokens": trained_tokens, **skipped.index()}

@@ -159,3 +159,58 @@ class Samples:
             rows[[p >= self.n for p in picks]] &= ~TRAINED  # padding: nothing is counted
             out.append(decode(rows))
         return out
+
+
+Pair = tuple[tuple[list[int], list[bool]], tuple[list[int], list[bool]]]
+
+
+def row_of(pairs: list[Pair], width: int) -> np.ndarray:
+    """One pair row (cache.py's token layout): each pair's chosen document, then its rejected
+    one, pair after pair, then untrained document starts (no label, a position of their own)
+    to `width`: documents 2k and 2k+1 of a row are its pair k (model/dpo.py `pair_logps`)."""
+    row = np.full(width, START, dtype=DTYPE)
+    at = 0
+    for pair in pairs:
+        for ids, trained in pair:
+            flags = np.where(np.asarray(trained), TRAINED, np.uint32(0))
+            flags[0] |= START
+            row[at:at + len(ids)] = np.asarray(ids, dtype=DTYPE) | flags
+            at += len(ids)
+    return row
+
+
+class PairRows:
+    """An output stream of pair rows: as many whole pairs in a row as fit, in order (a pair is
+    never split, so never across micro-batches or workers), padding only at a row's end, as
+    SFT's documents fill theirs. Counts what it holds."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str, width: int):
+        self.out, self.width = fs.open_output_stream(path), width
+        self.row: list[Pair] = []
+        self.at = self.rows = self.pairs = self.tokens = self.trained = self.pairs_per_row = 0
+        self.max_id = -1
+
+    def add(self, pair: Pair) -> None:
+        size = sum(len(ids) for ids, _ in pair)
+        if self.at + size > self.width:
+            self._flush()
+        self.row.append(pair)
+        self.at += size
+        self.pairs += 1
+        self.tokens += size
+        self.trained += sum(sum(t) for _, t in pair)
+        self.max_id = max(self.max_id, *pair[0][0], *pair[1][0])
+
+    def _flush(self) -> None:
+        if self.row:
+            self.out.write(row_of(self.row, self.width).tobytes())
+            self.rows += 1
+            self.pairs_per_row = max(self.pairs_per_row, len(self.row))
+        self.row, self.at = [], 0
+
+    def close(self) -> dict:
+        self._flush()
+        self.out.close()
+        return {"rows": self.rows, "pairs": self.pairs, "tokens": self.tokens,
+                "trained": self.trained, "pairs_per_row": max(self.pairs_per_row, 1),
+                "max_id": self.max_id}

@@ -1,17 +1,20 @@
-"""Preference data for `--objective dpo`: TRL's preference format, tokenized and packed one pair
-to a row, and read back with the pair's reference log-probabilities.
+"""Preference data for `--objective dpo`: TRL's preference format, tokenized as TRL's
+`DPOTrainer` tokenizes it, packed in rows, and read back with the pairs' reference
+log-probabilities.
 
 TRL's formats (trl/data_utils.py, `is_conversational`, `extract_prompt`): `prompt`, `chosen`
 and `rejected` as strings, or as message lists (the prompt's turns, then each answer's); or only
-`chosen` and `rejected` whose shared beginning is the prompt (conversations: the longest common
-prefix of turns, TRL's `extract_prompt`; strings: of characters, cut back to a word boundary).
+`chosen` and `rejected` whose shared beginning is the prompt (TRL's `extract_prompt`: the
+longest common prefix of turns or characters, a string answer keeping the space before it).
 
-A row of the token cache holds one pair: prompt + chosen as one document, prompt + rejected as
-the next, then padding (untrained document starts, as the evaluation's). Only the answers are
-trained (TRL's completion mask); the chosen and rejected documents never attend to each other
-(packing.decode restarts positions at each document). A pair too long for a row keeps the
-start of each sequence (TRL's `truncation_mode="keep_start"`); one whose prompt alone leaves
-no answer token in the row is skipped and counted (TRL drops prompts over max_length).
+`--seq-len L` is TRL's `max_length`: each of prompt + chosen and prompt + rejected keeps its
+first L tokens on its own (`truncation_mode="keep_start"`), a pair whose prompt alone fills L is
+dropped, as TRL drops it; both are counted. A row of `2 L + 1` tokens holds as many whole pairs
+as fit: each pair's prompt + chosen as one document, its prompt + rejected as the next, then
+padding at the row's end (untrained document starts). Only the answers are trained (TRL's
+completion mask); no document attends to another (packing.decode restarts positions at each).
+A row that cannot train (no answer of its own, a tie, a malformed turn) is skipped and counted
+as SFT's are (cache.Skipped).
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from typing import Iterator, NamedTuple
 import numpy as np
 import torch
 
-from training.data import DataError
-from training.data.cache import DTYPE, EVAL_FILE, START, TOKENS_FILE, TRAINED, TokenCache, held_out
+from training.data.cache import (EVAL_FILE, TOKENS_FILE, TRAINED, Skipped, TokenCache,
+                                 encoded_rows, held_out)
 from training.data.formats import RowError, _messages
-from training.data.packing import _M32, Samples, _mix, decode
+from training.data.packing import _M32, PairRows, Samples, _mix, decode
 from training.data.source import Source
 from training.data.tokenize import Encoded, Encoder, TokenizeError
 
@@ -34,30 +37,45 @@ TRAINS = "the chosen and rejected answers"
 
 
 def split(row: dict) -> tuple[object, object, object]:
-    """(prompt, chosen, rejected) of a row, the prompt extracted when implicit."""
+    """(prompt, chosen, rejected) of a row, the prompt extracted when implicit (TRL's
+    `maybe_extract_prompt`: also when a string `prompt` sits beside conversational answers)."""
     for c in COLUMNS:
         if c not in row:
             raise RowError(f"no `{c}` column (preference data: `prompt` + `chosen` + "
                            "`rejected`, or `chosen` + `rejected` conversations)")
     chosen, rejected, prompt = row["chosen"], row["rejected"], row.get("prompt")
-    if prompt is not None:
+    if prompt is not None and isinstance(prompt, str) == isinstance(chosen, str):
         return prompt, chosen, rejected
-    if isinstance(chosen, str) and isinstance(rejected, str):
-        n = next((i for i, (a, b) in enumerate(zip(chosen, rejected)) if a != b),
-                 min(len(chosen), len(rejected)))
-        n = chosen.rfind(" ", 0, n + 1) + 1 if n < len(chosen) and n else n
-        return chosen[:n], chosen[n:], rejected[n:]
-    c, r = _messages(chosen), _messages(rejected)
-    n = next((i for i, (a, b) in enumerate(zip(c, r)) if a != b), min(len(c), len(r)))
-    if n == len(c) or n == len(r):
-        raise RowError("`chosen` and `rejected` share every turn of one of them: no answer of "
-                       "its own to prefer")
-    return c[:n], c[n:], r[n:]
+    if isinstance(chosen, str) != isinstance(rejected, str):
+        raise RowError("`chosen` and `rejected` must both be strings or both message lists")
+    if not isinstance(chosen, str):
+        chosen, rejected = _messages(chosen), _messages(rejected)
+    n = extract_prompt_length(chosen, rejected)
+    return chosen[:n], chosen[n:], rejected[n:]
+
+
+def extract_prompt_length(chosen, rejected) -> int:
+    """TRL 1.16.0's `extract_prompt` (trl/data_utils.py), characters or turns alike: up to the
+    first place the two differ, one step back where a space comes before it, so a string
+    answer starts with its space (`"The sky is"`, `" blue"`) as generation would write it. When
+    one is the other's start, the loop's last index, as TRL's: the answers keep their last
+    item."""
+    idx = 0
+    for idx in range(min(len(chosen), len(rejected))):
+        if chosen[idx] != rejected[idx]:
+            if chosen[idx - 1] == " ":
+                idx -= 1
+            break
+    return idx
 
 
 def encode_pair(row: dict, enc: Encoder) -> tuple[Encoded, Encoded]:
-    """(ids, trained) of prompt + chosen and of prompt + rejected; only the answer trains."""
+    """(ids, trained) of prompt + chosen and of prompt + rejected; only the answer trains.
+    Strings as TRL tokenizes them: prompt + answer as one text (EOS after), the answer what it
+    adds to the prompt's tokens (Encoder.prompt_completion)."""
     prompt, chosen, rejected = split(row)
+    if chosen == rejected:
+        raise RowError("`chosen` and `rejected` are the same answer: nothing to prefer")
     try:
         if all(isinstance(v, str) for v in (prompt, chosen, rejected)):
             out = enc.prompt_completion(prompt, chosen), enc.prompt_completion(prompt, rejected)
@@ -79,25 +97,21 @@ def _answer_only(encoded: Encoded, n_prompt: int) -> Encoded:
     return ids, [t and i >= n_prompt for i, t in enumerate(trained)]
 
 
-def fit(pair: tuple[Encoded, Encoded], width: int) -> tuple[Encoded, Encoded] | None:
-    """The pair cut to share one row of `width` tokens (each sequence keeps its start: the
-    shorter whole when it fits in half, the other the rest); None when an answer keeps no
-    trained label."""
-    (c, ct), (r, rt) = pair
-    if len(c) + len(r) > width:
-        half = width // 2
-        keep_c = len(c) if len(c) <= half else width - min(len(r), half)
-        keep_c = min(keep_c, len(c))
-        keep_r = width - keep_c
-        c, ct, r, rt = c[:keep_c], ct[:keep_c], r[:keep_r], rt[:keep_r]
-    if not any(ct[1:]) or not any(rt[1:]):
+def truncate(pair: tuple[Encoded, Encoded], max_length: int) -> tuple[Encoded, Encoded] | None:
+    """TRL's `DPOTrainer(max_length=max_length, truncation_mode="keep_start")`: each of prompt +
+    chosen and prompt + rejected keeps its first `max_length` tokens, on its own
+    (`DataCollatorForPreference`); None where TRL drops the pair, a prompt of `max_length`
+    tokens or more (its `_prepare_dataset` filter), which would train no answer token."""
+    prompt = min(t.index(True) for _, t in pair)
+    if prompt >= max_length:
         return None
-    return (c, ct), (r, rt)
+    return tuple((ids[:max_length], t[:max_length]) for ids, t in pair)
 
 
 class PairCache(TokenCache):
-    """The token cache of preference data: one pair a row (the layout above), in source order;
-    `--eval-fraction` holds out whole pairs."""
+    """The token cache of preference data: pairs packed in rows of `2 * --seq-len + 1` tokens
+    (two sequences of TRL's max_length), in source order; `--eval-fraction` holds out whole
+    pairs, by the same count of encoded rows as SFT's documents (cache.held_out)."""
 
     @classmethod
     def for_run(cls, fs, run_dir: str, source: Source, tokenizer_name: str, seq_len: int,
@@ -108,59 +122,48 @@ class PairCache(TokenCache):
 
     def _pack(self, source: Source, enc: Encoder, block: int, loss_tokens: str,
               eval_fraction: float, pad: bool) -> dict:
-        names = (TOKENS_FILE, EVAL_FILE)
-        outs = [self.fs.open_output_stream(f"{self.directory}/{n}") for n in names]
-        counts, max_id, skipped, trained_tokens = [0, 0], -1, 0, 0
-        try:
-            for where, number, row in source.rows():
-                try:
-                    pair = fit(encode_pair(row, enc), block)
-                except RowError as e:
-                    raise DataError(f"{where} row {number}: {e}") from None
-                if pair is None:
-                    skipped += 1
-                    continue
-                which = int(held_out(sum(counts), eval_fraction))
-                outs[which].write(row_of(pair, block).tobytes())
-                counts[which] += 1
-                max_id = max(max_id, *pair[0][0], *pair[1][0])
-                trained_tokens += sum(pair[0][1]) + sum(pair[1][1])
-        finally:
-            for out in outs:
-                out.close()
-        return {"samples": counts[0], "eval_samples": counts[1], "sample_tokens": block,
-                "source": source.uri, "data_format": FORMAT, "documents": counts[0],
-                "eval_documents": counts[1], "max_token_id": max_id, "loss_tokens": loss_tokens,
-                "trained_tokens": trained_tokens, "skipped_pairs": skipped}
+        max_length = block - 1  # TokenCache.build's block is --seq-len + 1
+        width = pair_row_tokens(max_length)
+        outs = [PairRows(self.fs, f"{self.directory}/{n}", width)
+                for n in (TOKENS_FILE, EVAL_FILE)]
+        skipped, dropped, truncated = Skipped(), 0, 0
+        for row_number, (_, _, pair) in enumerate(encoded_rows(
+                source, lambda row: encode_pair(row, enc), skipped)):
+            kept = truncate(pair, max_length)
+            if kept is None:
+                dropped += 1
+                continue
+            truncated += kept != pair
+            outs[int(held_out(row_number, eval_fraction))].add(kept)
+        skipped.check()
+        train, held = (out.close() for out in outs)
+        return {"samples": train["rows"], "eval_samples": held["rows"], "sample_tokens": width,
+                "source": source.uri, "data_format": FORMAT, "documents": train["pairs"],
+                "eval_documents": held["pairs"], "pairs_per_row": train["pairs_per_row"],
+                "eval_pairs_per_row": held["pairs_per_row"], "real_tokens": train["tokens"],
+                "max_token_id": max(train["max_id"], held["max_id"]),
+                "loss_tokens": loss_tokens, "trained_tokens": train["trained"],
+                "dropped_pairs": dropped, "truncated_pairs": truncated, **skipped.index()}
 
 
-def row_of(pair: tuple[Encoded, Encoded], width: int) -> np.ndarray:
-    """One cache row (cache.py's token layout): the chosen document, the rejected one, then
-    untrained document starts (no label, a position of their own) to `width`."""
-    row = np.full(width, START, dtype=DTYPE)
-    at = 0
-    for ids, trained in pair:
-        flags = np.where(np.asarray(trained), TRAINED, np.uint32(0))
-        flags[0] |= START
-        row[at:at + len(ids)] = np.asarray(ids, dtype=DTYPE) | flags
-        at += len(ids)
-    return row
+def pair_row_tokens(max_length: int) -> int:
+    """A pair row's width: room for two sequences of `max_length` (the +1: the last token is
+    only a label, cache.py's `seq_len + 1`)."""
+    return 2 * max_length + 1
 
 
 def preview_pairs(cfg, enc: Encoder, count: int, spans) -> Iterator[dict]:
     """--preview with --objective dpo: the first `count` training pairs as the rows hold them,
     `{"chosen": <text>, "rejected": <text>, "trained": {"chosen": [...], "rejected": [...]}}`
-    (each document rendered after the row's cut; a label never starts a document)."""
-    pairs = 0
-    for where, number, row in Source.open(cfg.data).rows():
-        try:
-            pair = fit(encode_pair(row, enc), cfg.seq_len + 1)
-        except RowError as e:
-            raise DataError(f"{where} row {number}: {e}") from None
-        if pair is None or held_out(pairs, cfg.eval_fraction):
-            pairs += pair is not None
+    (each sequence after TRL's truncation; a label never starts a document)."""
+    skipped, shown = Skipped(), 0
+    for n, (_, _, pair) in enumerate(encoded_rows(Source.open(cfg.data),
+                                                  lambda row: encode_pair(row, enc), skipped)):
+        yield from ({"skipped": why} for why in skipped.reasons[shown:])
+        shown = len(skipped.reasons)
+        pair = truncate(pair, cfg.seq_len)
+        if pair is None or held_out(n, cfg.eval_fraction):
             continue
-        pairs += 1
         texts = {k: enc.decode(ids) for k, (ids, _) in zip(COLUMNS, pair)}
         trained = {k: [enc.decode(s) for s in spans(ids, [False, *t[1:]])]
                    for k, (ids, t) in zip(COLUMNS, pair)}
@@ -168,18 +171,22 @@ def preview_pairs(cfg, enc: Encoder, count: int, spans) -> Iterator[dict]:
         count -= 1
         if count <= 0:
             return
+    skipped.check()
 
 
 class PairBatch(NamedTuple):
-    """A micro-batch of pairs: a Batch's tensors and the pairs' reference log-probabilities
-    ([B, 2], chosen and rejected; None: the model computes them with its adapters off)."""
+    """A micro-batch of pair rows: a Batch's tensors, the pairs' reference log-probabilities
+    ([B, pairs, 2], chosen and rejected; None: the model computes them with its adapters off)
+    and how many pairs a row holds at most (the file's, `pairs_per_row`)."""
     inputs: torch.Tensor
     labels: torch.Tensor
     positions: torch.Tensor
     ref: torch.Tensor | None = None
+    pairs: int = 1
 
     def to(self, device: torch.device) -> "PairBatch":
-        return PairBatch(*(None if t is None else t.to(device, non_blocking=True) for t in self))
+        return PairBatch(*(t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t
+                           for t in self))
 
 
 class PairSamples:
@@ -190,6 +197,10 @@ class PairSamples:
     def __init__(self, fs, directory: str, file: str = TOKENS_FILE, count_key: str = "samples",
                  seed: int | None = None, ref: np.ndarray | None = None):
         self.samples = Samples(fs, directory, file, count_key)
+        index = TokenCache(fs, directory, "").index()
+        self.pairs = index["eval_pairs_per_row" if count_key == "eval_samples"
+                           else "pairs_per_row"]
+        self.real_share = index["real_tokens"] / (index["samples"] * index["sample_tokens"])
         self.n, self.seed, self.ref = self.samples.n, seed, ref
         self._epoch, self._perm = None, None
 
@@ -213,7 +224,7 @@ class PairSamples:
         if empty:
             rows[empty] &= ~TRAINED
         ref = None if self.ref is None else torch.from_numpy(self.ref[picks].copy())
-        return PairBatch(*decode(rows), ref)
+        return PairBatch(*decode(rows), ref, self.pairs)
 
     def batch(self, samples_seen: int, *, rank: int, world: int, micro: int,
               batch: int) -> PairBatch:

@@ -54,6 +54,8 @@ class PreparedData:
     eval: EvalSet | None
     summary: str
     steps: int
+    # the rows left out or cut: skipped (cannot train), and DPO's dropped and truncated pairs
+    rows: dict | None = None
 
 
 def samples_per_step(cfg: TrainConfig) -> int:
@@ -124,7 +126,7 @@ class DataPlan:
                                 samples=index["eval_samples"])
         return PreparedData(self.cache.directory, self.fingerprint, index["data_format"],
                             evaluated, describe(cfg, index, evaluated),
-                            run_steps(cfg, index["samples"]))
+                            run_steps(cfg, index["samples"]), row_counts(index))
 
 
 def _check_vocab(index: dict, model_vocab: int, tok: str, cfg: TrainConfig) -> None:
@@ -147,13 +149,22 @@ def describe(cfg: TrainConfig, index: dict | None, evaluated: EvalSet | None) ->
     held = f"; evaluated on {evaluated.samples} samples" if evaluated else ""
     tokenizer = "bytes (built in)" if tokenizer_name(cfg) == BYTES else tokenizer_name(cfg)
     steps, per_step = run_steps(cfg, index["samples"]), samples_per_step(cfg)
-    unit = "documents"
-    if fmt == preference.FORMAT:  # one pair a row; pairs with no answer left in a row skipped
-        unit = f"pairs (one a sample, {index.get('skipped_pairs', 0)} too long skipped),"
+    unit, width = "documents", cfg.seq_len + 1
+    if fmt == preference.FORMAT:  # pairs packed; TRL's truncation and drops, counted
+        unit = (f"pairs (each sequence at most {cfg.seq_len} tokens: "
+                f"{index['truncated_pairs']} truncated, {index['dropped_pairs']} dropped with "
+                f"a prompt of {cfg.seq_len} tokens or more, as TRL's max_length),")
+        width = index["sample_tokens"]
     return (f"data: {fmt} format, {index['documents']} {unit} in {index['samples']} samples "
-            f"of {cfg.seq_len + 1} tokens (tokenizer {tokenizer}), loss on {trains_on}{held}; "
+            f"of {width} tokens (tokenizer {tokenizer}), loss on {trains_on}{held}; "
             f"{steps} steps of {per_step} samples = {steps * per_step / index['samples']:.2f} "
             f"epochs, each in its own document order{_skipped(index)}")
+
+
+def row_counts(index: dict) -> dict:
+    """The summary's `data_rows`: what the build left out or cut (0 where it does not apply)."""
+    keys = ("skipped_rows", "dropped_pairs", "truncated_pairs")
+    return {k: index.get(k, 0) for k in keys}
 
 
 def _skipped(index: dict) -> str:

@@ -1,9 +1,13 @@
-"""`python -m training.data.synthetic`: the shipped instruction set, generated (never typed).
+"""`python -m training.data.synthetic`: the shipped instruction set and preference pairs,
+generated (never typed).
 
 Small tasks whose answers follow from their prompts alone (reverse, capitalize or count the
 letters of a made-up word, add two numbers, sort a few), in the `messages` format, so that what a
 fine-tune learns shows in the held-out loss: a model that has learned the tasks answers prompts
-it never saw. Seeded, so the same command writes the same bytes (a test checks the shipped file).
+it never saw. The pairs (`pairs.jsonl`, for `--objective dpo`) take the first PAIR_COUNT of
+those chats, each chat's own answer chosen and the next different answer to a question of the
+same kind rejected (plausible, and wrong), in TRL's implicit-prompt conversational format.
+Seeded, so the same command writes the same bytes (a test checks the shipped files).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 SHIPPED = Path(__file__).resolve().parent / "sample_data" / "instructions.jsonl"
-COUNT, SEED = 2500, 0
+PAIRS = SHIPPED.with_name("pairs.jsonl")
+COUNT, SEED, PAIR_COUNT = 2500, 0, 1000
 _SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 
 
@@ -62,6 +67,19 @@ def examples(count: int = COUNT, seed: int = SEED) -> list[dict]:
     return out
 
 
+def preference_pairs(chats: list[dict], count: int = PAIR_COUNT) -> list[dict]:
+    """The first `count` chats as pairs: its answer chosen, the next different answer to a
+    question of the same kind (the prompt's first word) rejected."""
+    turns = [c["messages"] for c in chats]
+    out = []
+    for i, chat in enumerate(turns[:count]):
+        kind, answer = chat[0]["content"].split()[0], chat[-1]["content"]
+        wrong = next(t[-1] for t in turns[i + 1:] + turns[:i]
+                     if t[0]["content"].split()[0] == kind and t[-1]["content"] != answer)
+        out.append({"chosen": chat, "rejected": [*chat[:-1], wrong]})
+    return out
+
+
 def render(rows: list[dict]) -> str:
     return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
 
@@ -70,10 +88,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m training.data.synthetic",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=SHIPPED)
+    ap.add_argument("--pairs-out", type=Path, default=PAIRS)
     ap.add_argument("--count", type=int, default=COUNT)
     ap.add_argument("--seed", type=int, default=SEED)
     args = ap.parse_args(argv)
-    args.out.write_text(render(examples(args.count, args.seed)))
+    chats = examples(args.count, args.seed)
+    args.out.write_text(render(chats))
+    args.pairs_out.write_text(render(preference_pairs(chats)))
 
 
 if __name__ == "__main__":

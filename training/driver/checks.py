@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from training.config import RANDOM_DATA, ConfigError, TrainConfig
+from training.config import ConfigError, TrainConfig
 from training.data import DataError
 from training.data.prepare import tokenizer_name
 from training.data.tokenize import BYTES, Encoder, encoder
@@ -22,11 +21,14 @@ if TYPE_CHECKING:
 
 
 def absolute_paths(cfg: TrainConfig) -> TrainConfig:
-    """--model and --tokenizer that name local directories, made absolute once here: the workers
-    (another working directory) and the export read them as the driver does."""
-    fixed = {name: os.path.abspath(value) for name in ("model", "tokenizer")
-             if (value := getattr(cfg, name)) and os.path.isdir(value)
-             and not os.path.isabs(value)}
+    """--model and --tokenizer that name local directories, and --data and --eval-data that
+    name local files or folders, made absolute once here: the workers (another working
+    directory: their --sample-prompts read the data) and the export read them as the driver
+    does. (--harness-tasks' paths: evals/tasks.py `checked`.)"""
+    local = {"model": os.path.isdir, "tokenizer": os.path.isdir, "data": os.path.exists,
+             "eval_data": os.path.exists}
+    fixed = {name: os.path.abspath(value) for name, exists in local.items()
+             if (value := getattr(cfg, name)) and exists(value) and not os.path.isabs(value)}
     return dataclasses.replace(cfg, **fixed)
 
 
@@ -48,14 +50,11 @@ def check_model(cfg: TrainConfig, tokenizer_vocab: int | None):
 
 
 def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
-    """--data exists and has a tokenizer: --tokenizer (a built-in shape has none of its own),
-    loaded here, so a bad one fails now."""
+    """--data has a tokenizer: --tokenizer (a built-in shape has none of its own), loaded here,
+    so a bad one fails now (that --data exists: driver/early.py, before the heavy imports)."""
     from training.data.hub import offline_reason, offline_unless_reachable
     from training.model.model import is_builtin
 
-    if not _data_exists(cfg.data):
-        raise DataError(f"--data {cfg.data!r}: no such file or directory (or "
-                        f"{' or '.join(RANDOM_DATA)})")
     tok_name = tokenizer_name(cfg)
     offline_unless_reachable([cfg.data, cfg.eval_data, tok_name, cfg.model])
     if is_builtin(tok_name) and tok_name != BYTES:
@@ -89,10 +88,6 @@ def check_room(cfg: TrainConfig, enc: Encoder, data_format: str) -> None:
         raise ConfigError([f"--seq-len {cfg.seq_len} cannot hold a prompt and an answer: the "
                            f"shortest {data_format} row is {need} tokens with tokenizer "
                            f"{tokenizer_name(cfg)!r}; use --seq-len {need} or more"])
-
-
-def _data_exists(uri: str) -> bool:
-    return "://" in uri or Path(uri).exists()
 
 
 def check_resume(cfg: TrainConfig, storage: Storage, data_id: str) -> Resume | None:

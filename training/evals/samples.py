@@ -26,6 +26,8 @@ class Prompt:
 
 
 def _prompt(row: dict) -> Prompt | None:
+    if "chosen" in row and "rejected" in row:
+        return _preference_prompt(row)
     messages = row.get("messages")
     if isinstance(messages, list):
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"),
@@ -38,17 +40,44 @@ def _prompt(row: dict) -> Prompt | None:
     return None  # a `text` row has no prompt
 
 
+def _preference_prompt(row: dict) -> Prompt | None:
+    """A preference row's prompt (explicit, or TRL's extract_prompt), `chosen` the reference;
+    a conversation's prompt goes through the chat template."""
+    from training.data.formats import RowError
+    from training.data.preference import split
+
+    try:
+        prompt, chosen, _ = split(row)
+    except RowError:
+        return None
+    if isinstance(chosen, str):
+        return Prompt(None, prompt, chosen) if isinstance(prompt, str) else None
+    said = next((m.get("content", "") for m in chosen if m.get("role") == "assistant"), "")
+    return Prompt(list(prompt), None, said) if prompt else None
+
+
 def prompts(cfg: TrainConfig, count: int) -> list[Prompt]:
-    """The first `count` prompts of the evaluation set, in order."""
-    from training.data.cache import held_out
+    """The first `count` prompts of the evaluation set, in order: --eval-data's rows, or the
+    rows the run's cache held out of --data (cache.held_out_rows: counted after the rows it
+    skipped, so a skipped row never turns a training row into a "held-out" one)."""
+    from training.data.cache import held_out_rows, sft_encoder
+    from training.data.prepare import tokenizer_name
+    from training.data.preference import encode_pair
     from training.data.source import Source
+    from training.data.tokenize import encoder
 
     source = Source.open(cfg.eval_data or cfg.data, "--eval-data" if cfg.eval_data else "--data")
+    if cfg.eval_data:
+        rows = (row for _, _, row in source.rows())
+    else:
+        enc = encoder(tokenizer_name(cfg))
+        encode = (lambda row: encode_pair(row, enc)) if cfg.objective == "dpo" else \
+            sft_encoder(enc, cfg.loss_tokens)
+        rows = held_out_rows(source, encode, cfg.eval_fraction)
     out = []
-    for doc, (_, _, row) in enumerate(source.rows()):
-        if cfg.eval_data or held_out(doc, cfg.eval_fraction):
-            if (p := _prompt(row)) is not None:
-                out.append(p)
+    for row in rows:
+        if (p := _prompt(row)) is not None:
+            out.append(p)
         if len(out) == count:
             break
     return out

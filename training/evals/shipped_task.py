@@ -2,7 +2,7 @@
 instruction set (never typed), so `make demo` shows the harness with no download.
 
 Its questions are the documents `--demo`'s 5% hold-out keeps out of training (training/data/
-cache.py `held_out`), so the fine-tuned model never saw them; each gets its true answer and three
+cache.py `held_out_rows`, the split's own definition), so the fine-tuned model never saw them; each gets its true answer and three
 others of the same kind of question (the same first word), seeded, so the same command
 writes the same bytes (a test checks the shipped file)."""
 
@@ -13,8 +13,10 @@ import json
 import random
 from pathlib import Path
 
-from training.data.cache import held_out
+from training.data.cache import held_out_rows, sft_encoder
+from training.data.source import Source
 from training.data.synthetic import SHIPPED
+from training.data.tokenize import ByteEncoder
 
 TASK_DIR = Path(__file__).resolve().parent / "instructions_task"
 DATA = TASK_DIR / "instructions_mc.jsonl"
@@ -27,9 +29,9 @@ def _kind(question: str) -> str:
 
 def build(source: Path = SHIPPED) -> list[dict]:
     """One row per held-out document: {question, choices, label}."""
-    rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
-    pairs = [(r["messages"][0]["content"], r["messages"][1]["content"])
-             for doc, r in enumerate(rows) if held_out(doc, HELD_OUT)]
+    held = held_out_rows(Source.open(str(source)), sft_encoder(ByteEncoder(), "completion"),
+                         HELD_OUT)
+    pairs = [(r["messages"][0]["content"], r["messages"][1]["content"]) for r in held]
     answers: dict[str, list[str]] = {}
     for q, a in pairs:
         answers.setdefault(_kind(q), []).append(a)

@@ -2,8 +2,8 @@
 micro-batch, as TRL's `DPOTrainer` computes it (trl/trainer/dpo_trainer.py `_compute_loss`,
 `loss_type="sigmoid"`, `f_divergence_type="reverse_kl"`), and its metrics under TRL's names.
 
-A pair is one packed row (training/data/preference.py): the chosen conversation, then the
-rejected one, each a document of its own (positions restart, so neither attends to the other:
+A row holds pairs (training/data/preference.py): each pair's chosen conversation, then its
+rejected one, each a document of its own (positions restart, so none attends to another:
 model.py's block-diagonal mask). A sequence's log-probability is the sum of its answer tokens'
 log-probabilities (TRL: `per_token_logps.sum(dim=1)` over the completion mask), and
 
@@ -18,7 +18,9 @@ no full [tokens, vocab] logits tensor is ever held (as with the SFT loss, loss.p
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -76,19 +78,27 @@ def token_logps(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor
 
 
 def segments(positions: torch.Tensor) -> torch.Tensor:
-    """Which document of its row each label belongs to (0: chosen, 1: rejected, 2+: padding):
-    the label at t is token t+1's, of the document token t is in, unless t+1 starts a document
-    (then it is no label, packing.decode). A document starts where its position is 0."""
+    """Which document of its row each label belongs to (2k: pair k's chosen, 2k+1: its
+    rejected, beyond the row's pairs: padding): the label at t is token t+1's, of the document
+    token t is in, unless t+1 starts a document (then it is no label, packing.decode). A
+    document starts where its position is 0."""
     return (positions == 0).cumsum(dim=1) - 1
 
 
+def by_pair(values: torch.Tensor, positions: torch.Tensor, pairs: int) -> torch.Tensor:
+    """Per-label `values` [B, T] summed per document into [B, pairs, 2] (chosen, rejected);
+    padding documents fall into one spare bin, dropped."""
+    seg = segments(positions).clamp(max=2 * pairs)
+    out = torch.zeros(values.shape[0], 2 * pairs + 1, dtype=values.dtype, device=values.device)
+    return out.scatter_add(1, seg, values)[:, :2 * pairs].reshape(-1, pairs, 2)
+
+
 def answer_logps(model, inputs: torch.Tensor, labels: torch.Tensor,
-                 positions: torch.Tensor) -> torch.Tensor:
-    """Summed answer log-probabilities of each row's chosen and rejected document ([B, 2]):
-    `model` is the job's CausalLMWithLoss (its decoder, LM head and loss chunk)."""
+                 positions: torch.Tensor, pairs: int = 1) -> torch.Tensor:
+    """Summed answer log-probabilities of each row's pairs, chosen and rejected ([B, pairs,
+    2]): `model` is the job's CausalLMWithLoss (its decoder, LM head and loss chunk)."""
     per_token = model(inputs, labels, positions, per_token_logps=True)
-    seg = segments(positions)
-    return torch.stack([(per_token * (seg == k)).sum(1) for k in (0, 1)], dim=1)
+    return by_pair(per_token, positions, pairs)
 
 
 @dataclass
@@ -129,37 +139,56 @@ class DpoObjective:
     `disable_adapter`; peft/tuners/lora/layer.py: a disabled layer returns `base_layer(x)`)."""
     beta: float
     stats: PairStats = field(default_factory=PairStats)
+    # the share of a row's tokens that are pairs' (not the row end's padding): tokens/s and MFU
+    # count those (run/trainer.py)
+    real_share: float = 1.0
 
     @staticmethod
     def count(batch) -> torch.Tensor:
-        return pair_mask(batch.labels, batch.positions).sum()
+        return pair_mask(batch.labels, batch.positions, batch.pairs).sum()
 
     def reference(self, model, batch) -> torch.Tensor:
         if batch.ref is not None:
             return batch.ref
-        with torch.no_grad(), adapters_off(model):
-            return answer_logps(model, batch.inputs, batch.labels, batch.positions)
+        with torch.no_grad(), adapters_off(model), eval_mode(model):
+            return answer_logps(model, batch.inputs, batch.labels, batch.positions, batch.pairs)
 
     def loss(self, model, batch, normalizer: torch.Tensor) -> torch.Tensor:
         ref = self.reference(model, batch)
-        policy = answer_logps(model, batch.inputs, batch.labels, batch.positions)
+        policy = answer_logps(model, batch.inputs, batch.labels, batch.positions, batch.pairs)
         losses, chosen, rejected = sigmoid_loss(policy, ref, self.beta)
-        counted = pair_mask(batch.labels, batch.positions)
+        counted = pair_mask(batch.labels, batch.positions, batch.pairs)
         self.stats.add(losses, chosen, rejected, counted)
         return (losses * counted).sum() / normalizer.clamp(min=1)
 
 
 def sigmoid_loss(policy: torch.Tensor, ref: torch.Tensor, beta: float):
-    """Per-pair loss and the two rewards from [B, 2] (chosen, rejected) log-probabilities."""
+    """Per-pair loss and the two rewards from [..., 2] (chosen, rejected) log-probabilities."""
     ratios = policy - ref.to(policy.dtype)
-    losses = -F.logsigmoid(beta * (ratios[:, 0] - ratios[:, 1]))
-    return losses, beta * ratios[:, 0].detach(), beta * ratios[:, 1].detach()
+    losses = -F.logsigmoid(beta * (ratios[..., 0] - ratios[..., 1]))
+    return losses, beta * ratios[..., 0].detach(), beta * ratios[..., 1].detach()
 
 
-def pair_mask(labels: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Rows that hold a pair (both answers have a label); evaluation's padding rows hold none."""
-    seg, counted = segments(positions), labels != IGNORE_INDEX
-    return ((counted & (seg == 0)).any(1) & (counted & (seg == 1)).any(1))
+def pair_mask(labels: torch.Tensor, positions: torch.Tensor, pairs: int = 1) -> torch.Tensor:
+    """[B, pairs]: the pair slots that hold a pair (both answers have a label); a row's unused
+    slots and evaluation's padding rows hold none."""
+    counted = by_pair((labels != IGNORE_INDEX).float(), positions, pairs)
+    return (counted > 0).all(-1)
+
+
+@contextlib.contextmanager
+def eval_mode(model) -> Iterator[None]:
+    """`model` in eval mode (no dropout) while inside, then back in the mode it was in: every
+    evaluation (SFT's and DPO's) and every reference log-probability is computed so, as TRL's
+    `disable_dropout=True` and HF Trainer's `evaluation_loop` do. With dropout on, a reference
+    would otherwise be a noisy draw, differ between two passes over the same pairs, and take
+    draws from the training RNG."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
 
 
 class adapters_off:

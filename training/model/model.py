@@ -7,7 +7,6 @@ forward: the root group (embeddings, final norm, tied LM head) is gathered by FS
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -16,7 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwe
 
 from training.errors import first_line
 from training.model.hub_access import hub_access_error
-from training.model.loading import ModelError, check_model_dir, is_s3, local_dir
+from training.model.loading import ModelError, check_model_dir, is_s3, local_dir, looks_like_path
 from training.model.loss import fused_linear_cross_entropy, label_count
 
 # Random-init shapes from the published configs, for planning and benchmarking without weights.
@@ -83,7 +82,7 @@ def model_config(spec: str, vocab_size: int | None = None) -> PretrainedConfig:
     else:
         if is_s3(spec) or Path(spec).is_dir():
             check_model_dir(spec)
-        elif _looks_like_path(spec):
+        elif looks_like_path(spec):
             raise ModelError(f"--model {spec!r}: no such model directory")
         try:
             config = AutoConfig.from_pretrained(local_dir(spec))
@@ -185,6 +184,3 @@ class CausalLMWithLoss(nn.Module):
                                           labels.flatten(), self.loss_chunk_tokens,
                                           self.compile_loss, normalizer)
 
-
-def _looks_like_path(spec: str) -> bool:
-    return spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") != 1

@@ -14,6 +14,7 @@ from training.config import TrainConfig
 from training.data.packing import Batch, Samples
 from training.data.prepare import EvalSet
 from training.step.engine import Engine
+from training.model.dpo import eval_mode
 from training.model.loss import label_count
 from training.step.memory import BatchPlan
 
@@ -43,15 +44,11 @@ class Evaluator:
         device = engine.device
         totals = torch.zeros(2, dtype=torch.float64, device=device)
         one = torch.ones((), device=device)
-        engine.model.eval()
-        try:
-            with torch.no_grad():
-                for b in self.batches:
-                    b = b.to(device)
-                    totals[0] += engine.model(b.inputs, b.labels, b.positions, normalizer=one)
-                    totals[1] += label_count(b.labels)
-        finally:
-            engine.model.train()
+        with torch.no_grad(), eval_mode(engine.model):
+            for b in self.batches:
+                b = b.to(device)
+                totals[0] += engine.model(b.inputs, b.labels, b.positions, normalizer=one)
+                totals[1] += label_count(b.labels)
         if dist.is_initialized():
             dist.all_reduce(totals)
         return float(totals[0] / totals[1].clamp(min=1))

@@ -81,6 +81,8 @@ class RunSummary:
     first_loss: float | None = None  # the run's first step, across resumes
     last_loss: float | None = None
     data_format: str | None = None  # text, prompt-completion, messages, or random/repeat
+    # rows the data's build skipped, and DPO's pairs dropped or truncated (data/prepare.py)
+    data_rows: dict | None = None
     first_eval_loss: float | None = None  # before the first step
     eval_loss: float | None = None  # the last evaluation's
     tokens_per_s: float | None = None  # steps only (first step and saves left out)

@@ -3,8 +3,8 @@ pair batches and the preference evaluation.
 
 Full fine-tuning: the reference is the initial model, so its summed answer log-probabilities of
 every pair (training and evaluation rows) are computed once, in a forward pass over the data
-before the first step, and stored beside the token cache (`ref_logps-<key>.f32`, [rows, 2]
-float32, written by rank 0). A resume reads them back: the weights it loads have moved, and
+before the first step, and stored beside the token cache (`ref_logps-<key>.f32`, [rows,
+pairs a row, 2] float32, written by rank 0). A resume reads them back: the weights it loads have moved, and
 the reference must not (TRL's `precompute_ref_log_probs` keeps them in the dataset the same
 way). LoRA: no table; the reference is the same model with its adapters off, per micro-batch
 (model/dpo.py `adapters_off`).
@@ -26,7 +26,7 @@ from training.data import DataError
 from training.data.cache import TOKENS_FILE
 from training.data.prepare import PreparedData
 from training.data.preference import PairSamples
-from training.model.dpo import DpoObjective, PairStats, answer_logps
+from training.model.dpo import DpoObjective, PairStats, answer_logps, eval_mode
 from training.step.engine import Engine
 from training.step.memory import BatchPlan
 
@@ -41,13 +41,13 @@ def compute(engine: Engine, samples: PairSamples, batch: int, rank: int,
             world: int) -> np.ndarray:
     """Collective: every row's summed answer log-probabilities under the current weights; each
     rank computes its strided share, one all-reduce joins them."""
-    out = torch.zeros(samples.n, 2, dtype=torch.float64, device=engine.device)
+    out = torch.zeros(samples.n, samples.pairs, 2, dtype=torch.float64, device=engine.device)
     steps = -(-(-(-samples.n // world)) // batch)
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(engine.model):
         for s in range(steps):
             picks = [rank + world * (s * batch + b) for b in range(batch)]
             b = samples.batch_of([min(p, samples.n - 1) for p in picks]).to(engine.device)
-            logps = answer_logps(engine.model, b.inputs, b.labels, b.positions).double()
+            logps = answer_logps(engine.model, b.inputs, b.labels, b.positions, b.pairs).double()
             real = torch.tensor([p < samples.n for p in picks], device=engine.device)
             index = torch.tensor([min(p, samples.n - 1) for p in picks], device=engine.device)
             out.index_add_(0, index[real], logps[real])
@@ -67,7 +67,8 @@ def reference_table(engine: Engine, fs: pafs.FileSystem, directory: str, file: s
             raise DataError(f"the reference log-probabilities {path} are missing: this resume "
                             "cannot recompute them from moved weights; start a new run (--name)")
         with fs.open_input_stream(path) as f:
-            return np.frombuffer(f.read(), dtype=np.float32).reshape(samples.n, 2).copy()
+            return np.frombuffer(f.read(), dtype=np.float32).reshape(
+                samples.n, samples.pairs, 2).copy()
     table = compute(engine, samples, batch, rank, world)
     if rank == 0:
         with fs.open_output_stream(path) as f:
@@ -93,7 +94,7 @@ class PreferenceEvaluator:
     def loss(self, engine: Engine) -> float:
         objective = DpoObjective(self.beta, PairStats())
         one = torch.ones((), device=engine.device)
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(engine.model):
             for b in self.batches:
                 objective.loss(engine.model, b.to(engine.device), one)
         sums = objective.stats.sums.clone()
@@ -107,7 +108,6 @@ def setup(cfg: TrainConfig, engine: Engine, data: PreparedData, fs: pafs.FileSys
           batch: BatchPlan, rank: int, world: int, fresh: bool):
     """(batch_at, evaluator) of a DPO attempt; sets the engine's objective."""
     size, full = batch.micro_batch_size, engine.lora is None
-    engine.objective = DpoObjective(cfg.dpo_beta)
     if not full:  # MFU counts the reference's forward (2 FLOPs a parameter and token) too
         engine.flops_per_token += 2.0 * engine.num_params
 
@@ -117,6 +117,7 @@ def setup(cfg: TrainConfig, engine: Engine, data: PreparedData, fs: pafs.FileSys
 
     samples = PairSamples(fs, data.directory, seed=cfg.seed,
                           ref=table(data.directory, TOKENS_FILE, "samples"))
+    engine.objective = DpoObjective(cfg.dpo_beta, real_share=samples.real_share)
     evaluator = None
     if data.eval is not None:
         ev = data.eval

@@ -50,7 +50,10 @@ class Trainer:
         self.files = RunFiles.from_context() if rank == 0 else None
         self.tracker = tracking.start(cfg.mlflow_tracking_uri, self.files, cfg.name,
                                       {**cfg.to_dict(), **dataclasses.asdict(engine.plan)})
-        self.clock = StepClock(self.batch.tokens_per_step(cfg.seq_len, self.world))
+        # real tokens: a DPO row's end-of-row padding is not counted (model/dpo.py real_share)
+        real = getattr(engine.objective, "real_share", 1.0)
+        self.clock = StepClock(round(self.batch.tokens_per_step(cfg.sample_tokens, self.world)
+                                     * real))
         self.guard = NonFiniteGuard(engine.device)
         self.untrained = UntrainedSteps(engine.device)
         self.pending: list[MetricsRow] = []  # not yet in metrics.csv

@@ -19,7 +19,7 @@ from training.config import TrainConfig
 from training.errors import ConfigError
 from training.data.packing import Batch
 from training.model.loss import label_count
-from training.step.metrics import flops_per_token
+from training.step.metrics import flops_per_token, input_embedding
 from training.model.model import CausalLMWithLoss, build_model, count_params, is_builtin
 from training.step.memory import BatchPlan, Footprint, fits, plan_batch
 from training.step.mesh import MeshLayout, build_mesh
@@ -121,7 +121,8 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
         device, started))
     optimizer = _adamw(cfg, [p for p in model.parameters() if p.requires_grad], device)
     fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size,
-                          cfg.seq_len, frozen=num_params - trainable)
+                          cfg.seq_len, frozen=num_params - trainable,
+                          embedding=input_embedding(model_cfg))
     return Engine(model, optimizer, device, num_params, fpt, plan, mesh, load=load, lora=spec,
                   trainable_params=trainable)
 

@@ -195,7 +195,7 @@ def estimate_bytes(fp: Footprint, **shape) -> int:
 
 def _shape(cfg: TrainConfig, micro_batch: int, grad_accum: int, checkpointing: bool,
            zero2: bool, loss_chunk_tokens: int | None) -> dict:
-    return {"micro_batch": micro_batch, "seq_len": cfg.seq_len, "grad_accum": grad_accum,
+    return {"micro_batch": micro_batch, "seq_len": cfg.sample_tokens, "grad_accum": grad_accum,
             "reduce_dtype": cfg.reduce_dtype, "accum_dtype": cfg.accum_dtype,
             "checkpointing": checkpointing, "zero2": zero2,
             "loss_chunk_tokens": cfg.loss_chunk_tokens if loss_chunk_tokens is None

@@ -1,4 +1,5 @@
-"""Throughput accounting: FLOPs per token, MFU against a cited peak table, metrics.csv and plot."""
+"""Throughput accounting: FLOPs per token (input embedding left out), MFU against a cited peak
+table, metrics.csv and plot."""
 
 from __future__ import annotations
 
@@ -22,10 +23,22 @@ CSV_FIELDS = ("step", "loss", "eval_loss", "lr", "grad_norm", "tokens_per_s",
 
 
 def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int,
-                    frozen: int = 0) -> float:
-    """Training FLOPs per token: 6N for the weights (tied LM head counted in N) + attention
-    12*L*H*S; a `frozen` weight (LoRA's base) gets no weight gradient: 4 instead of 6."""
-    return 6.0 * num_params - 2.0 * frozen + 12.0 * num_layers * hidden * seq_len
+                    frozen: int = 0, embedding: int = 0) -> float:
+    """Training FLOPs per token: 6N for the weights + attention 12*L*H*S; a `frozen` weight
+    (LoRA's base) gets no weight gradient: 4 instead of 6. N leaves out the `embedding`
+    parameters, the input embedding of an untied model (`input_embedding`): a lookup, no matmul
+    (PaLM's MFU, torchtitan's `get_num_flop_per_token`); a tied matrix is the LM head's, whose
+    matmul counts. A LoRA base's embedding is among its frozen weights."""
+    frozen = max(0, frozen - embedding) if frozen else 0
+    return 6.0 * (num_params - embedding) - 2.0 * frozen + 12.0 * num_layers * hidden * seq_len
+
+
+def input_embedding(model_cfg) -> int:
+    """The parameters `flops_per_token` leaves out: the input embedding when the LM head has
+    its own matrix; none when tied (the one matrix is the head's, counted)."""
+    if getattr(model_cfg, "tie_word_embeddings", False):
+        return 0
+    return model_cfg.vocab_size * model_cfg.hidden_size
 
 
 def peak_flops(device_name: str | None) -> float | None:

@@ -49,14 +49,14 @@ GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "c
     ('[{"role": "user", "content": "hi"}]', "row 2: a JSON object per line, got list"),
 ])
 def test_a_bad_row_is_refused_with_its_file_and_row(tmp_path, second_row, message):
-    data = _jsonl(tmp_path / "chat.jsonl", GOOD, second_row)
+    data = _jsonl(tmp_path / "chat.jsonl", GOOD, second_row, second_row)  # two: over one row
     with pytest.raises(ValueError, match=f"{tmp_path}/chat.jsonl {message}"):
         run(tmp_path, "--data", data)
     assert not list((tmp_path / "runs").glob("*/tokens-*"))  # nothing half-written is left
 
 
 def test_an_empty_document_and_unknown_columns_are_refused(tmp_path):
-    data = _jsonl(tmp_path / "t.jsonl", {"text": "fine"}, {"text": ""})
+    data = _jsonl(tmp_path / "t.jsonl", {"text": "fine"}, {"text": ""}, {"text": ""})
     with pytest.raises(ValueError, match="row 2: no token to train on .empty text"):
         run(tmp_path, "--data", data)
     data = _jsonl(tmp_path / "other.jsonl", {"question": "a", "answer": "b"})
@@ -202,7 +202,7 @@ def test_preview_shows_the_rows_and_the_spans_the_loss_trains_on(tmp_path, capsy
 def test_preview_refuses_random_tokens_and_names_a_bad_row(tmp_path, capsys):
     assert cli.main(["--preview", "3", "--data", "random"]) == cli.EXIT_BAD_INPUT
     assert "--preview needs a count of at least 1 and --data files" in capsys.readouterr().err
-    bad = _jsonl(tmp_path / "chat.jsonl", GOOD, {"messages": "hi"})
+    bad = _jsonl(tmp_path / "chat.jsonl", GOOD, *[{"messages": "hi"}] * 2)
     assert cli.main(["--preview", "3", "--tokenizer", BYTES, "--data", bad]) == cli.EXIT_BAD_INPUT
     assert f"{bad} row 2: `messages` must be a non-empty list" in capsys.readouterr().err
 
@@ -232,7 +232,8 @@ def test_a_chat_set_with_newline_answers_u2028_and_a_json_array_trains_on_every_
 
 def test_one_row_that_cannot_train_is_skipped_with_a_count_and_its_reason(tmp_path):
     """One odd row never ends a run: it is skipped, counted and named in the data line; more
-    than cache.SKIP_SHARE of the rows (the tests above: one of two) refuse the data."""
+    than max(1 row, cache.SKIP_SHARE of the rows) (the tests above: two of three) refuse the
+    data; one bad row of a 61-row file is skipped."""
     from training.config import TrainConfig
     from training.data.cache import SKIP_SHARE
     from training.data.prepare import describe
@@ -243,6 +244,9 @@ def test_one_row_that_cannot_train_is_skipped_with_a_count_and_its_reason(tmp_pa
     index = cache.build(Source.open(data), ByteEncoder(), 32)
     assert index["documents"] == len(good) and index["skipped_rows"] == 1
     assert index["skipped_reasons"] == [f"{data} row 51: no token to train on (empty text)"]
+    small = _jsonl(tmp_path / "s.jsonl", *good[:60], {"text": ""})
+    assert TokenCache(pafs.LocalFileSystem(), str(tmp_path / "s"), "x").build(
+        Source.open(small), ByteEncoder(), 32)["skipped_rows"] == 1
     line = describe(TrainConfig(data=data, tokenizer=BYTES, seq_len=32), index, None)
     assert line.endswith(f"; skipped 1 row(s) that cannot be trained on: {data} row 51: no "
                          "token to train on (empty text)")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from training.data.formats import MESSAGES, PROMPT_COMPLETION, TEXT, RowError, detect
-from training.data.synthetic import SHIPPED, examples, render
+from training.data.synthetic import PAIRS, SHIPPED, examples, preference_pairs, render
 from training.data.tokenize import ByteEncoder, HFEncoder
 
 EOS = ByteEncoder.eos
@@ -128,6 +128,7 @@ def test_qwen25_default_system_prompt_and_multi_token_answers_stay_untrained(
 
 def test_the_shipped_instruction_set_is_what_its_generator_writes_and_trains_on_answers():
     assert SHIPPED.read_text() == render(examples())
+    assert PAIRS.read_text() == render(preference_pairs(examples()))
     rows = [json.loads(line) for line in SHIPPED.read_text().splitlines()]
     add = next(r["messages"] for r in rows if r["messages"][0]["content"].startswith("What is"))
     a, b = (int(x) for x in add[0]["content"][len("What is "):-1].split(" + "))

@@ -56,19 +56,24 @@ def test_qwen_shape_param_count_and_flops_per_token():
     assert mfu(10_000, 1e9, peak_flops(None)) is None
 
 
-def test_flops_per_token_matches_what_torch_counts_in_a_training_step():
+@pytest.mark.parametrize("tied", [True, False])
+def test_flops_per_token_matches_what_torch_counts_in_a_training_step(tied):
     """torch's own FLOP counter over one forward and backward of the tiny shape (eager attention,
-    so the S x S matmuls are counted too) agrees with the 6N + 12LHS formula MFU is built on."""
+    so the S x S matmuls are counted too) agrees with the 6N + 12LHS formula MFU is built on: N
+    without the input embedding of an untied model (a lookup), with a tied head's matrix."""
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModelForCausalLM
 
+    from training.step.metrics import input_embedding
+
     config, seq = model_config("tiny"), 256
+    config.tie_word_embeddings = tied
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     ids = torch.randint(0, config.vocab_size, (1, seq))
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, use_cache=False).logits.float().pow(2).mean().backward()
     per_token = flops_per_token(count_params(model), config.num_hidden_layers,
-                                config.hidden_size, seq)
+                                config.hidden_size, seq, embedding=input_embedding(config))
     assert per_token == pytest.approx(counter.get_total_flops() / seq, rel=0.01)
 
 

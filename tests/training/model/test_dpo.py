@@ -18,8 +18,8 @@ import torch
 from tests.training.inproc import run_ranks
 from training.config import TrainConfig
 from training.data import DataError
-from training.data.packing import decode
-from training.data.preference import PairCache, PairSamples, row_of
+from training.data.packing import decode, row_of
+from training.data.preference import PairCache, PairSamples
 from training.data.source import Source
 from training.data.tokenize import BYTES_VOCAB, ByteEncoder
 from training.model.dpo import DpoObjective, answer_logps, sigmoid_loss, token_logps
@@ -94,24 +94,26 @@ def test_reward_accuracy_rises_and_the_margin_turns_positive(trained, rank):
 
 
 def test_chosen_and_rejected_in_one_row_never_attend_to_each_other():
-    """A pair's answer log-probabilities packed in one row equal those of each sequence alone."""
+    """A pair's answer log-probabilities packed in one row after another pair equal those of
+    each sequence alone."""
     torch.manual_seed(0)
     lm = CausalLMWithLoss(build_model("tiny", model_config("tiny", BYTES_VOCAB), seed=0), 16)
     enc = ByteEncoder()
     pair = (enc.prompt_completion("1+2=", "3"), enc.prompt_completion("1+2=", "4 or so"))
-    packed = decode(row_of(pair, 40)[None])
-    together = answer_logps(lm, packed.inputs, packed.labels, packed.positions)[0]
+    other = (enc.prompt_completion("9+9=", "18"), enc.prompt_completion("9+9=", "81"))
+    packed = decode(row_of([other, pair], 60)[None])
+    together = answer_logps(lm, packed.inputs, packed.labels, packed.positions, 2)[0, 1]
     alone = []
     for seq in pair:
-        b = decode(row_of((seq, seq), 2 * len(seq[0]))[None])
-        alone.append(answer_logps(lm, b.inputs, b.labels, b.positions)[0, 0])
+        b = decode(row_of([(seq, seq)], 2 * len(seq[0]))[None])
+        alone.append(answer_logps(lm, b.inputs, b.labels, b.positions)[0, 0, 0])
     torch.testing.assert_close(together, torch.stack(alone), rtol=0, atol=1e-5)
 
 
 def test_a_resume_reads_the_stored_reference_and_never_recomputes_it(tmp_path):
     data = pairs_file(tmp_path / "pairs.jsonl", 12)
     table = run_ranks(1, _resume_table, data, str(tmp_path / "c"))[0]
-    assert table["fresh"].shape == (12, 2)
+    assert table["fresh"].shape == (6, 2, 2)  # 12 pairs, at most two a row of 129 tokens
     np.testing.assert_array_equal(table["resumed"], table["fresh"])
     assert not np.allclose(table["moved"], table["fresh"], atol=1e-3)
     assert "cannot recompute" in table["missing"]
@@ -164,10 +166,10 @@ def test_the_loss_on_a_fixed_batch_equals_trl_dpotrainer(tmp_path, tokenizer_dir
     trl_loss = trainer._compute_loss(trainer.model, inputs, return_outputs=False)
 
     def ours(model):
-        rows = np.stack([row_of(((e["prompt_ids"] + e["chosen_ids"],
+        rows = np.stack([row_of([((e["prompt_ids"] + e["chosen_ids"],
                                   [False] * len(e["prompt_ids"]) + [True] * len(e["chosen_ids"])),
                                  (e["prompt_ids"] + e["rejected_ids"],
-                                  [False] * len(e["prompt_ids"]) + [True] * len(e["rejected_ids"]))),
+                                  [False] * len(e["prompt_ids"]) + [True] * len(e["rejected_ids"])))],
                                 48) for e in enc])
         b = decode(rows)
         return answer_logps(CausalLMWithLoss(model, 7), b.inputs, b.labels, b.positions)
@@ -195,3 +197,40 @@ def test_the_chunked_log_probs_have_autograds_gradients(chunk):
     torch.testing.assert_close(ours.double(), full, rtol=0, atol=1e-6)
     for a, b in zip(grads, expected):
         torch.testing.assert_close(a.double(), b, rtol=1e-6, atol=1e-6)
+
+
+def _with_dropout(data: str, directory: str) -> dict:
+    """LoRA with --lora-dropout 0.3 and a full model with attention dropout 0.1: the preference
+    evaluation, the stored reference and the LoRA reference, each twice, and in eval mode."""
+    fs = pafs.LocalFileSystem()
+    PairCache(fs, directory, "x").build(Source.open(data), ByteEncoder(), CFG.seq_len)
+    samples = PairSamples(fs, directory)
+    out = {}
+    for rank in (0, 4):
+        cfg = TrainConfig(**{**CFG.to_dict(), "lora_rank": rank, "lora_dropout": 0.3 * bool(rank)})
+        engine = build_engine(cfg, model_config("tiny", BYTES_VOCAB), torch.device("cpu"))
+        for m in engine.model.modules():
+            if hasattr(m, "attention_dropout"):
+                m.attention_dropout = 0.1
+        evaluator = reference_logps.PreferenceEvaluator(
+            samples.strided(rank=0, world=1, batch=4), 0, 1, cfg.dpo_beta)
+        if rank:
+            objective, batch = DpoObjective(cfg.dpo_beta), samples.batch_of([0, 1, 2, 3])
+            values = [objective.reference(engine.model, batch) for _ in range(2)]
+        else:
+            values = [reference_logps.compute(engine, samples, 4, 0, 1) for _ in range(2)]
+        values += [evaluator.loss(engine), evaluator.loss(engine)]
+        trains = engine.model.training
+        engine.model.eval()
+        values.append(evaluator.loss(engine))
+        out[rank] = {"values": values, "trains_after": trains}
+    return out
+
+
+def test_evaluation_and_references_run_without_dropout_and_training_resumes(tmp_path):
+    data = pairs_file(tmp_path / "pairs.jsonl", 8)
+    out = run_ranks(1, _with_dropout, data, str(tmp_path / "c"))[0]
+    for rank, r in out.items():
+        first, again, loss, loss_again, loss_in_eval = r["values"]
+        np.testing.assert_array_equal(np.asarray(first), np.asarray(again))
+        assert loss == loss_again == loss_in_eval and r["trains_after"], rank
