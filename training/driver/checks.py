@@ -34,7 +34,8 @@ def absolute_paths(cfg: TrainConfig) -> TrainConfig:
 
 def check_model(cfg: TrainConfig, tokenizer_vocab: int | None):
     """The model's shape (a PretrainedConfig), reachable, of a supported family
-    (model/families.py), with --seq-len within its positions; a built-in shape takes the tokenizer's vocabulary (`tokenizer_vocab`, None: random tokens)."""
+    (model/families.py), with --seq-len within its positions; a built-in shape takes the
+    tokenizer's vocabulary (`tokenizer_vocab`, None: random tokens)."""
     from training.model.families import check
     from training.model.model import is_builtin, max_positions, model_config
 
