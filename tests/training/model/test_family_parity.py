@@ -12,23 +12,15 @@ import torch
 import torch.distributed as dist
 
 from tests.training.inproc import run_ranks
+from tests.training.model.test_lora import IDS, _logits  # the trained model's logits on IDS
 from tests.training.model.tiny_families import tiny_config
 from training.config import TrainConfig
 
 FAMILIES = ["llama", "mistral", "qwen3", "gemma3_text", "phi3", "olmo3", "smollm3"]
 STEPS, BATCH, SEQ = 3, 4, 16
-IDS = torch.tensor([[5, 17, 42, 9, 120, 33, 7, 250, 11, 64]])
 # The engine builds a built-in shape's random init; `tiny` with another family's config is
 # that family's architecture at this size.
 CFG = TrainConfig(model="tiny", seq_len=SEQ, lr=1e-2, warmup_steps=0, grad_clip=0.05, seed=0)
-
-
-def _logits(engine) -> torch.Tensor:
-    engine.model.unshard()  # the root group; the layers gather themselves
-    with torch.no_grad():
-        out = engine.model.lm(input_ids=IDS).logits
-    engine.model.reshard()
-    return out
 
 
 def _export(engine, cfg: TrainConfig, out: str | None) -> str | None:
