@@ -31,6 +31,10 @@ def check(cfg: TrainConfig) -> None:
         if uri and uri not in RANDOM_DATA:
             check_data(uri, flag)
     check_model(cfg.model)
+    if os.path.isdir(cfg.model):  # a model outside the supported families, from config.json
+        from training.model.families import check_local_dir
+
+        check_local_dir(cfg.model, cfg.allow_untested_architecture)
     if files and cfg.tokenizer:
         check_hub_id(cfg.tokenizer, "--tokenizer", TOKENIZER_FILES)
 

@@ -10,7 +10,9 @@ architecture (tests/training/model/test_families.py, tests/training/data/test_ch
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from training.errors import InputError
@@ -135,6 +137,14 @@ def check(config: Any, allow_untested: bool = False) -> tuple[Family | None, str
     return family, (f"untested architecture: {where}; training it anyway "
                     "(--allow-untested-architecture): chat spans, packing isolation, LoRA "
                     "targets and the memory plan are not verified for it")
+
+
+def check_local_dir(model_dir: str, allow_untested: bool) -> None:
+    """A local model directory's family from its config.json alone (the driver's early checks,
+    before torch and transformers are imported): refused there when outside the table."""
+    path = Path(model_dir) / "config.json"
+    if path.is_file():
+        check(json.loads(path.read_text()), allow_untested)
 
 
 def lora_targets(config: Any) -> tuple[str, ...] | None:

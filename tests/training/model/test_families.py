@@ -111,16 +111,24 @@ def _model_dir(tmp_path, model_type: str, arch: str, **sizes):
     return model
 
 
-def test_the_driver_refuses_a_mixture_of_experts_model_in_one_line_before_ray(tmp_path):
+def test_the_driver_refuses_a_mixture_of_experts_model_in_one_line_before_torch(tmp_path):
+    """A local directory's config.json is read before torch, transformers or Ray is imported
+    (the driver's early checks): exit 2, one line naming the architecture, no run directory."""
+    import json
+
+    from tests.training.driver.test_cli import REFUSE
+
     model = _model_dir(tmp_path, "qwen3_moe", "Qwen3MoeForCausalLM", num_hidden_layers=2,
                        hidden_size=64)
-    proc = subprocess.run([sys.executable, "-m", "training", "--local", "--storage-path",
-                           str(tmp_path / "runs"), "--model", str(model), "--data", "random"],
-                          cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stderr.startswith("error: "), proc.stderr[-2000:]
-    assert "Qwen3MoeForCausalLM" in proc.stderr and "mixture-of-experts" in proc.stderr
-    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "runs").exists()
+    argv = [["--local", "--storage-path", str(tmp_path / "runs"), "--model", str(model),
+             "--data", "random"]]
+    proc = subprocess.run([sys.executable, "-c", REFUSE, json.dumps(argv)], cwd=REPO,
+                          capture_output=True, text=True)
+    result = json.loads(proc.stdout.splitlines()[-1])
+    ((code, err),) = result["refusals"]
+    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "Qwen3MoeForCausalLM" in err and "mixture-of-experts" in err and "Supported:" in err
+    assert result["heavy"] == [] and not (tmp_path / "runs").exists()
 
 
 def test_an_allowed_untested_architecture_says_so_in_the_runs_log(tmp_path, capsys):
