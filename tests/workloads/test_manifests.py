@@ -260,8 +260,9 @@ def _non_default(f, hint):
     """A valid value for TrainConfig field `f` that differs from its default."""
     import typing
 
-    # Batch settings must fit the others (seq 128 + 3 below; a worker count dividing 8).
-    valid = {"tokens_per_step": 131 * 8 * 3, "hsdp_replicas": 2, "eval_fraction": 0.1,
+    # Batch settings must fit the others (seq 128 + 3 below; a worker count dividing 8; the
+    # non-default objective, DPO, steps in pair rows of 2 x seq).
+    valid = {"tokens_per_step": 131 * 8 * 2 * 2, "hsdp_replicas": 2, "eval_fraction": 0.1,
              "accum_dtype": "fp32", "lora_dropout": 0.05, "lora_target_modules": "q_proj,v_proj"}
     if f.name in valid:
         return valid[f.name]
