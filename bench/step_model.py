@@ -133,21 +133,24 @@ def _ours_on_l4(tokens_per_step: int, seq_len: int, reduce_dtype: str) -> StepPl
     return _plan_on_l4(cfg, QWEN_PARAMS)[0]
 
 
-def _lora_on_l4(tokens_per_step: int, seq_len: int) -> list[tuple[str, StepPlan | str, dict]]:
-    """The 7B LoRA recipe planned twice, its frozen base replicated and sharded: (name, step
-    model's plan or why it does not fit, the planner's other choices)."""
+def _lora_on_l4(tokens_per_step: int, seq_len: int,
+                model: str = LORA_MODEL) -> list[tuple[str, StepPlan | str, dict]]:
+    """The LoRA recipe of `model` (a built-in shape: the 7B default, or another family's)
+    planned twice, its frozen base replicated and sharded: (name, step model's plan or why it
+    does not fit, the planner's other choices)."""
     from training.config import TrainConfig
     from training.errors import ConfigError
     from training.model.lora import LoraSpec, count_on_meta
     from training.model.model import model_config
 
-    cfg = TrainConfig(model=LORA_MODEL, seq_len=seq_len, num_workers=L4_WORLD,
+    cfg = TrainConfig(model=model, seq_len=seq_len, num_workers=L4_WORLD,
                       tokens_per_step=tokens_per_step, lora_rank=LORA_RANK,
                       lora_alpha=LORA_ALPHA).validated()
-    params, trainable = count_on_meta(model_config(LORA_MODEL), LoraSpec.from_config(cfg))
+    params, trainable = count_on_meta(model_config(model), LoraSpec.from_config(cfg))
+    label = "7B" if model == LORA_MODEL else model
     out = []
     for replicated in (True, False):
-        name = f"7B LoRA r{LORA_RANK}, base {'replicated' if replicated else 'sharded'}"
+        name = f"{label} LoRA r{LORA_RANK}, base {'replicated' if replicated else 'sharded'}"
         try:
             out.append((name, *_plan_on_l4(cfg, params, trainable, replicated)))
         except ConfigError as e:
@@ -156,7 +159,8 @@ def _lora_on_l4(tokens_per_step: int, seq_len: int) -> list[tuple[str, StepPlan 
 
 
 def g6_predictions(compute_mfu: float, intra_gbps: float, inter_gbps: float,
-                   tokens_per_step: int, seq_len: int = 2048) -> list[dict]:
+                   tokens_per_step: int, seq_len: int = 2048,
+                   lora_model: str = LORA_MODEL) -> list[dict]:
     """The reference approach (the AWS sample: FSDP1 over all 8 GPUs, bf16 weights and gradients,
     micro-batch 1; at its own sequence 128, at ours, and accumulating to our batch), ours (the
     plan the job resolves there, with fp32 and with bf16 gradient reduction) and the 7B LoRA
@@ -187,7 +191,7 @@ def g6_predictions(compute_mfu: float, intra_gbps: float, inter_gbps: float,
         ("ours, bf16 reduce, one micro-batch per step",
          StepPlan(**{**asdict(ours_bf16), "grad_accum": 1}), hsdp_link, qwen),
         *((name, plan, hsdp_link, chosen)
-          for name, plan, chosen in _lora_on_l4(tokens_per_step, seq_len)),
+          for name, plan, chosen in _lora_on_l4(tokens_per_step, seq_len, lora_model)),
     ]
     return [_predicted(name, plan, links, chosen, rate) for name, plan, links, chosen in plans]
 
@@ -237,7 +241,7 @@ def _print_g6(rows: list[dict], args: argparse.Namespace) -> None:
     print(f"check: the AWS sample's published {AWS_SAMPLE_STEPS_PER_S} steps/s on this hardware; "
           f"model {sample:.3f} ({sample / AWS_SAMPLE_STEPS_PER_S - 1:+.1%})")
     if (faster := lora_winner(rows)) is not None:
-        print(f"7B LoRA: {faster}")
+        print(f"LoRA ({args.lora_model}): {faster}")
 
 
 def lora_winner(rows: list[dict]) -> str | None:
@@ -267,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="NCCL bus bandwidth of the node's network, GB/s (preset: 80%% of one "
                     "40 Gbps EFA interface)")
     ap.add_argument("--tokens-per-step", type=int, default=8 * 16 * 2048)
+    ap.add_argument("--lora-model", default=LORA_MODEL, help="the built-in shape of the LoRA "
+                    "recipe rows (another family's: llama3.1-8b, qwen3-8b, gemma3-12b, ...)")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--md-out", type=Path, default=None, help="append the printed tables, with "
                     "the command and date, to this markdown file (bench/MODEL.md)")
@@ -281,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
             _print_check(out["check"])
         if args.preset:
             out["g6.12xlarge-x2"] = {"inputs": {k: getattr(args, k) for k in (
-                "compute_mfu", "intra_gbps", "inter_gbps", "tokens_per_step")},
+                "compute_mfu", "intra_gbps", "inter_gbps", "tokens_per_step", "lora_model")},
                 "rows": g6_predictions(args.compute_mfu, args.intra_gbps, args.inter_gbps,
-                                       args.tokens_per_step)}
+                                       args.tokens_per_step, lora_model=args.lora_model)}
             _print_g6(out["g6.12xlarge-x2"]["rows"], args)
     print(text.getvalue(), end="")
     if args.json_out:

@@ -151,8 +151,7 @@ class Cluster(pulumi.ComponentResource):
 def scaling_updates(cfg: StackConfig) -> dict[str, tuple[str, ...]]:
     """Each autoscaled group's ignoreChanges from its live scaling (NodeGroupSpec.scaling_update);
     raises ConfigError. Plain reads: call it before any resource."""
-    return {g.key: g.scaling_update(live_scaling(cfg.name, g.name(cfg.name)), cfg.name,
-                                    cfg.namespace)
+    return {g.key: g.scaling_update(live_scaling(cfg.name, g.name(cfg.name)), cfg.name)
             for g in node_groups(cfg) if g.autoscaled}
 
 

@@ -13,7 +13,7 @@ from infra.root_volumes import SYSTEM_ROOT, RootVolume, gpu_root
 from infra.user_data import launch_template_user_data
 from stack.catalog import CAPACITY_BLOCK, ON_DEMAND, GpuCapacity, InstanceFacts, ServiceQuota
 from stack.config import ConfigError, Reservation, StackConfig
-from stack.kube import GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
+from stack.kube import END_A_RUN, GPU_TAINT, SYSTEM_LABELS, gpu_node_labels
 
 if TYPE_CHECKING:  # only the type: the builders place Outputs, they never read them
     from pulumi import Input
@@ -99,8 +99,7 @@ class NodeGroupSpec:
             return {"desired_size": self.nodes, "min_size": self.nodes, "max_size": self.nodes}
         return {"desired_size": 0, "min_size": 0, "max_size": max(self.nodes, 1)}
 
-    def scaling_update(self, live: LiveScaling | None, cluster: str,
-                       namespace: str) -> tuple[str, ...]:
+    def scaling_update(self, live: LiveScaling | None, cluster: str) -> tuple[str, ...]:
         """The `ignoreChanges` of an autoscaled group, whose size cluster-autoscaler owns; raises
         ConfigError, before any resource, where no safe update exists.
 
@@ -126,8 +125,7 @@ class NodeGroupSpec:
                 f"node(s) now; a new maximum ({live.max} -> {max_size}) sends the group's whole "
                 "scaling configuration, whose node count would be stale by then. Change "
                 f"{self.count_key} once the group is at 0 nodes (about 2 minutes after a run "
-                "ends), or end the run first: kubectl -n "
-                f"{namespace} delete rayjob $(pulumi stack output rayJob)"])
+                f"ends), or end the run first: {END_A_RUN}"])
         return ()
 
     def autoscaler_tags(self) -> dict[str, str]:

@@ -20,6 +20,7 @@ import pulumi_aws as aws
 from infra.lookups import found
 from infra.node_groups import NodeGroupSpec, node_groups
 from stack.config import ConfigError, StackConfig
+from stack.kube import END_A_RUN
 
 ON_DEMAND_EKS = "ON_DEMAND"  # what EKS reports for a group declared without a capacity type
 
@@ -74,7 +75,7 @@ def refuse_replacement_during_run(cfg: StackConfig) -> None:
         spec, live = running[0]
         raise ConfigError([
             f"{problem}, while the run's RayJob holds {live.desired} node(s) of "
-            f"{spec.name(cfg.name)}. Let the run finish, or end it first (kubectl -n "
-            f"{cfg.namespace} delete rayjob $(pulumi stack output rayJob)), and run `pulumi up` "
-            "again once the group is at 0 nodes (about 2 minutes after the run ends)"
+            f"{spec.name(cfg.name)}. Let the run finish, or end it first ({END_A_RUN}), and "
+            "run `pulumi up` again once the group is at 0 nodes (about 2 minutes after the run "
+            "ends)"
             for problem in problems])

@@ -13,17 +13,19 @@ import yaml
 from runs import outputs, render, status
 from runs.errors import RunsError
 from runs.kube import Kube
+from stack.kube import CODE_DIGEST_ANNOTATION
+from workloads.code_bundle import configmap
 from workloads.rbac import run_rbac
 
-# Every run this tool submits carries it: `cancel --all` deletes these, never the stack's own.
-SUBMITTED_LABEL = {"app.kubernetes.io/managed-by": "eks-ray-train-runs"}
+SUBMITTED_LABEL = render.SUBMITTED_LABEL
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m runs", description=__doc__.splitlines()[0])
     where = argparse.ArgumentParser(add_help=False)
     src = where.add_mutually_exclusive_group()
-    src.add_argument("--stack", help="the stack (its outputs from the Pulumi CLI)")
+    src.add_argument("--stack", help="the stack (its outputs from the Pulumi CLI; with "
+                     "submit --dry-run, its stack file alone)")
     src.add_argument("--outputs", type=Path, metavar="FILE",
                      help="what `pulumi stack output --json --show-secrets` printed")
     sub = p.add_subparsers(dest="command", required=True)
@@ -31,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a `training` setting of the stack file, camelCase (steps=50)")
     s.add_argument("--name", help="the run's RayJob name (default: from its settings)")
-    s.add_argument("--dry-run", action="store_true", help="print the RayJob; create nothing")
+    s.add_argument("--dry-run", action="store_true",
+                   help="print the RayJob and its queue objects; create nothing")
     sub.add_parser("list", parents=[where], help="every run: state, step, loss, cost")
     for cmd, text in (("logs", "the run's job output"), ("show", "the run's JSON summary")):
         c = sub.add_parser(cmd, parents=[where], help=text)
@@ -52,17 +55,37 @@ def _outputs(args: argparse.Namespace) -> outputs.StackOutputs:
     return outputs.from_pulumi(args.stack, render.REPO)
 
 
+def dry_run(args: argparse.Namespace) -> None:
+    """The run's RayJob, then the queue objects it waits in. With --stack and no --outputs, from
+    the stack file alone: no Pulumi CLI, no outputs, no cluster."""
+    if args.outputs is None and not args.stack:
+        raise RunsError("submit --dry-run: name the stack file (--stack dev) or --outputs FILE")
+    out = _outputs(args) if args.outputs is not None else render.offline(args.stack)
+    run = render.render(out, args.set, args.name)
+    if args.outputs is None:
+        print(f"# from Pulumi.{args.stack}.yaml alone: the image without the stack's pull-through"
+              f" cache, the bucket named after deployment ({out.checkpoint_storage})")
+    code = run.code.volume(run.job["metadata"]["name"])["configMap"]["name"]
+    print(f"# its code: ConfigMap {code}, {run.code.size:,} bytes, created with the run")
+    print(yaml.safe_dump_all([run.job, *run.queue], sort_keys=False), end="")
+
+
 def submit(args: argparse.Namespace, out: outputs.StackOutputs) -> None:
-    job = render.render(out, render.settings(args.set), args.name)
-    job["metadata"].setdefault("labels", {}).update(SUBMITTED_LABEL)
-    if args.dry_run:
-        print(yaml.safe_dump(job, sort_keys=False), end="")
-        return
+    """The RayJob first, then what it owns (its code ConfigMap, its head's Role): an owner
+    reference needs the uid the API server gives the RayJob. If any of them fails the RayJob
+    is deleted again, so no run waits for code that never comes."""
+    run = render.render(out, args.set, args.name)
+    job = run.job
     kube = Kube(out.kubeconfig, out.namespace)
     created = kube.create(job)
-    kube.grant(run_rbac(created))  # its head reads its own RayJob (cold start, scale-up watch)
-    print(f"submitted {job['metadata']['name']}: `python -m runs list` shows it queued until "
-          f"the cluster has room")
+    try:
+        kube.create_configmap(configmap(run.code, created))
+        kube.grant(run_rbac(created))  # its head reads its own RayJob (cold start, watch)
+    except RunsError:
+        kube.delete(job["metadata"]["name"])
+        raise
+    print(f"submitted {job['metadata']['name']} (code {run.code.digest[:12]}): "
+          "`python -m runs list` shows it queued until the cluster has room")
 
 
 def list_runs(kube: Kube) -> None:
@@ -95,11 +118,14 @@ def logs(kube: Kube, name: str, follow: bool) -> None:
 
 
 def show(kube: Kube, name: str) -> None:
+    """The job's JSON summary, with the digest of the code the run carries (its RayJob's
+    annotation: workloads/code_bundle.py)."""
     job = kube.rayjob(name)
+    digest = (job["metadata"].get("annotations") or {}).get(CODE_DIGEST_ANNOTATION, "unknown")
     found = status.summary(_log(kube, name)[1])
     if found is None:
-        raise RunsError(f"run {name}: no summary yet ({status.state(job)})")
-    print(json.dumps(found, indent=2))
+        raise RunsError(f"run {name}: no summary yet ({status.state(job)}; code {digest})")
+    print(json.dumps({**found, "code_digest": digest}, indent=2))
 
 
 def cancel(kube: Kube, name: str | None) -> None:
@@ -116,6 +142,9 @@ def cancel(kube: Kube, name: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.command == "submit" and args.dry_run:
+            dry_run(args)
+            return 0
         out = _outputs(args)
         if args.command == "submit":
             submit(args, out)

@@ -1,16 +1,27 @@
 """The Kubernetes API as `python -m runs` uses it, through the official `kubernetes` client with
 the stack's kubeconfig (the `kubeconfig` output: an exec credential from `aws eks get-token`).
 Every failure becomes one RunsError line: no cluster (the endpoint cannot be reached), no
-credentials (the exec plugin fails, or the API answers 401/403), an unknown run (404)."""
+credentials (the exec plugin fails, or the API answers 401/403), an unknown run (404).
+
+Two habits of the client would add noise: its kubeconfig loader runs the exec plugin itself and
+only `logging.error`s a failure, then sends the request without a token
+(kubernetes/config/kube_config.py `_load_from_exec_plugin`); and it builds its urllib3 pool,
+with urllib3's default of 3 retries (one warning each), when the ApiClient is made
+(client/rest.py reads `configuration.retries` there, so setting it afterwards does nothing).
+So the exec credential is fetched here first, with the client's own ExecProvider, and the
+retries are set on the Configuration before the ApiClient exists."""
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.exec_provider import ExecProvider
+from kubernetes.config.kube_config import ConfigNode
 
 from runs.errors import RunsError
 
@@ -32,16 +43,44 @@ def _failed(e: Exception, what: str) -> RunsError:
                      f"stack deployed and the endpoint reachable from here?")
 
 
+def with_token(kubeconfig: dict) -> dict:
+    """`kubeconfig` with its current user's exec credential (`aws eks get-token`) run once here
+    and replaced by the token it printed. Raises RunsError naming the command and its last
+    error line (no AWS credentials, no such profile, no `aws` on PATH)."""
+    contexts = {c.get("name"): c.get("context", {}) for c in kubeconfig.get("contexts") or []}
+    user_name = contexts.get(kubeconfig.get("current-context"), {}).get("user")
+    users = kubeconfig.get("users") or []
+    entry = next((u for u in users if u.get("name") == user_name), None)
+    spec = (entry or {}).get("user") or {}
+    if "exec" not in spec:
+        return kubeconfig
+    command = " ".join([spec["exec"].get("command", ""), *spec["exec"].get("args", [])])
+    try:
+        status = ExecProvider(ConfigNode("exec", spec["exec"]), None).run()
+    except (ConfigException, OSError) as e:
+        # ExecProvider.run: "exec: process returned <status>. <the plugin's stderr>"
+        text = re.sub(r"^exec: process returned (\d+)\.?\s*", r"exit status \1: ", str(e).strip())
+        last = (text.splitlines() or [type(e).__name__])[-1]
+        raise RunsError(f"no credentials for the cluster: `{command}` failed ({last}); "
+                        "check `aws sts get-caller-identity`") from None
+    if "token" not in status:
+        raise RunsError(f"no credentials for the cluster: `{command}` printed no token")
+    token_user = {"name": user_name, "user": {"token": status["token"]}}
+    return {**kubeconfig, "users": [token_user if u is entry else u for u in users]}
+
+
 class Kube:
     """The calls the CLI makes, in the stack's Ray namespace."""
 
     def __init__(self, kubeconfig: dict, namespace: str):
         self.namespace = namespace
+        conf = client.Configuration()
+        conf.retries = 0  # one attempt, no urllib3 retry warnings: an absent cluster fails at once
         try:
-            api = config.new_client_from_config_dict(kubeconfig)
-        except (ConfigException, KeyError, TypeError) as e:
+            api = config.new_client_from_config_dict(with_token(kubeconfig),
+                                                     client_configuration=conf)
+        except (ConfigException, KeyError, TypeError, AttributeError) as e:
             raise RunsError(f"kubeconfig: cannot use it ({e})") from None
-        api.configuration.retries = 0  # one attempt: an absent cluster fails at once
         self.custom, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         self.rbac = client.RbacAuthorizationV1Api(api)
 
@@ -61,6 +100,10 @@ class Kube:
         name = job["metadata"]["name"]
         return self._call(f"run {name}", self.custom.create_namespaced_custom_object,
                           GROUP, VERSION, self.namespace, PLURAL, job)
+
+    def create_configmap(self, obj: dict) -> None:
+        self._call(f"ConfigMap {obj['metadata']['name']}",
+                   self.core.create_namespaced_config_map, self.namespace, obj)
 
     def grant(self, objs: list[dict]) -> None:
         """Create a run's Role and RoleBinding (workloads.rbac.run_rbac)."""

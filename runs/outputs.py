@@ -12,6 +12,7 @@ from pathlib import Path
 from runs.errors import RunsError
 
 NEEDED = ("kubeconfig", "checkpointStorage", "rayNamespace", "runsContext")
+CONTEXT = ("stack", "clusterName", "image")  # runsContext's keys (program.py export)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ def from_json(data: object, where: str) -> StackOutputs:
         raise RunsError(f"{where}: no output {', '.join(missing)}; run `pulumi up` with this "
                         f"version of the program first")
     ctx, kubeconfig = data["runsContext"], data["kubeconfig"]
+    lacking = [k for k in CONTEXT if not isinstance(ctx, dict) or not ctx.get(k)]
+    if lacking:
+        raise RunsError(f"{where}: output runsContext has no {', '.join(lacking)}; run "
+                        "`pulumi up` with this version of the program first")
     try:
         kubeconfig = json.loads(kubeconfig) if isinstance(kubeconfig, str) else kubeconfig
     except json.JSONDecodeError:
@@ -63,4 +68,8 @@ def from_pulumi(stack: str | None, cwd: Path) -> StackOutputs:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["failed"])[-1]
         raise RunsError(f"{' '.join(cmd)}: {last}")
-    return from_json(json.loads(done.stdout), f"stack {stack or '(selected)'}")
+    try:
+        data = json.loads(done.stdout)
+    except json.JSONDecodeError as e:
+        raise RunsError(f"{' '.join(cmd)}: printed no JSON ({e.msg})") from None
+    return from_json(data, f"stack {stack or '(selected)'}")

@@ -61,6 +61,7 @@ class StackConfig:
     gpu_node_auto_repair: bool
     existing_cluster_name: str | None
     existing_kuberay: bool  # the existing cluster runs its own KubeRay operator
+    existing_kueue: bool  # the existing cluster runs its own Kueue: queue objects only
     # Where the pods go: this stack's own node groups carry the defaults (stack/kube.py); on an
     # existing cluster, the labels its node groups carry.
     system_node_selector: Mapping[str, str]

@@ -129,6 +129,28 @@ RESOURCE_ACTIONS: dict[str, tuple[str, ...]] = {
         "s3:PutEncryptionConfiguration", "s3:GetEncryptionConfiguration"),
 }
 
+# What an input of a resource makes the provider call beyond the type's own actions, keyed on
+# (type, input name): granted whenever a stack may set it. force_destroy on a bucket: `pulumi
+# destroy` of a non-empty bucket empties it first (internal/service/s3/bucket.go
+# resourceBucketDelete calls emptyBucket on BucketNotEmpty; delete.go): ListObjectVersions pages
+# (IAM action s3:ListBucketVersions), DeleteObjects of every version and delete marker with
+# their VersionId (s3:DeleteObjectVersion), DeleteObject for keys outside XML's character range
+# (s3:DeleteObject), both with BypassGovernanceRetention set when forced
+# (s3:BypassGovernanceRetention). Legal holds (PutObjectLegalHold) are tried only after an
+# AccessDenied on an Object Lock bucket, which the stack's bucket is not.
+SETTING_ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("aws:s3/bucket:Bucket", "forceDestroy"): (
+        "s3:ListBucketVersions", "s3:DeleteObjectVersion", "s3:DeleteObject",
+        "s3:BypassGovernanceRetention"),
+}
+
+
+def setting_actions(resource_type: str, inputs: dict) -> set[str]:
+    """The actions `inputs` (as the program declares them) add to the type's own."""
+    return {a for (t, key), acts in SETTING_ACTIONS.items()
+            if t == resource_type and inputs.get(key) for a in acts}
+
+
 INVOKE_ACTIONS: dict[str, tuple[str, ...]] = {
     "aws:index/getAvailabilityZones:getAvailabilityZones": ("ec2:DescribeAvailabilityZones",),
     "aws:index/getCallerIdentity:getCallerIdentity": (),  # sts: no permission needed
@@ -189,8 +211,8 @@ def uncovered(resource_types: set[str], invoke_tokens: set[str]) -> Uncovered:
 def policy() -> dict:
     """The policy document: one statement per service, actions sorted, on every resource (names
     are the stack's own and auto-named, so actions, not ARNs, are what this narrows)."""
-    actions = {a for table in (RESOURCE_ACTIONS, INVOKE_ACTIONS) for acts in table.values()
-               for a in acts}
+    actions = {a for table in (RESOURCE_ACTIONS, INVOKE_ACTIONS, SETTING_ACTIONS)
+               for acts in table.values() for a in acts}
     services = sorted({a.split(":")[0] for a in actions})
     return {"Version": "2012-10-17", "Statement": [
         {"Sid": f"PulumiDeployer{service.capitalize()}", "Effect": "Allow",

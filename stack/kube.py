@@ -1,12 +1,13 @@
 """Kubernetes names, labels, taints and limits shared by the node groups (infra) and the objects
 that target them (workloads). Pulumi-free."""
 
+import re
+
 # Namespaced objects of the Ray workloads, and the AWS resources that refer to them.
 NAMESPACE = "ray"
 SERVICE_ACCOUNT = "ray-train"  # head and workers; Pod Identity maps it to the bucket role
 HF_TOKEN_SECRET = "hf-token"
 MLFLOW_SECRET = "mlflow-tracking"  # keys username, password (stack/tracking.py)
-CODE_CONFIGMAP = "training-code"
 CODE_MOUNT = "/home/ray/code"  # in the submitter pod; `ray job submit` uploads it as working_dir
 # cluster-autoscaler's service account: its Helm release names it, its Pod Identity role maps it.
 AUTOSCALER_NAMESPACE = "kube-system"
@@ -24,6 +25,22 @@ GPU_SELECTOR = {"role": GPU_LABELS["role"]}
 ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+
+
+# How a message points at the run holding GPU nodes: by the tool that lists every run, the
+# stack's own and submitted ones, on a `runJob: false` stack too (where the rayJob output is
+# empty), and ends the one named.
+END_A_RUN = ("`python -m runs list` names the run holding them, `python -m runs cancel NAME` "
+             "ends it (its checkpoints stay)")
+
+# A run's code: the digest of the bundle it carries (workloads/code_bundle.py), on its RayJob.
+CODE_DIGEST_ANNOTATION = "eks-ray-train/code-digest"
+
+
+def code_configmap_name(rayjob_name: str, digest: str) -> str:
+    """A run's own code ConfigMap: named for its RayJob and its bundle's digest, so a run never
+    mounts another run's code, nor a ConfigMap whose keys differ from its volume's items."""
+    return f"{rayjob_name}-code-{digest[:12]}"
 
 
 def gpu_node_labels(accelerator: str) -> dict[str, str]:
@@ -44,3 +61,10 @@ JOB_HASH_LEN = 10  # RayJob name = f"{clusterName}-{hash}"
 # then each node pulls the multi-GiB Ray Train CUDA image.
 NODE_BOOT_S, IMAGE_PULL_S = 600, 900
 RUN_START_BUDGET_S = NODE_BOOT_S + IMAGE_PULL_S
+
+
+def default_cluster_name(project: str, stack: str) -> str:
+    """`<project>-<stack>` made a valid clusterName: lowercase letters, digits and '-', starting
+    with a letter, short enough for the RayJob names derived from it."""
+    name = re.sub(r"[^a-z0-9-]+", "-", f"{project}-{stack}".lower()).lstrip("-0123456789")
+    return (name or "ray-train")[:RAYJOB_NAME_MAX - JOB_HASH_LEN - 1].rstrip("-")

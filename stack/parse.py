@@ -123,6 +123,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "gpuNodeAutoRepair": (_bool, "gpu_node_auto_repair"),
     "existingClusterName": (_str, "existing_cluster_name"),
     "existingKuberay": (_bool, "existing_kuberay"),
+    "existingKueue": (_bool, "existing_kueue"),
     "systemNodeSelector": (_json, "system_node_selector"),
     "gpuNodeSelector": (_json, "gpu_node_selector"),
     "runJob": (_bool, "run_job"),

@@ -4,13 +4,11 @@ the deployment instead of being ignored."""
 
 from __future__ import annotations
 
-import re
-
 import pulumi
 from pulumi.runtime import config as runtime_config
 
 from stack.config import ConfigError, StackConfig
-from stack.kube import JOB_HASH_LEN, RAYJOB_NAME_MAX
+from stack.kube import default_cluster_name
 from stack.parse import parse
 
 
@@ -23,13 +21,6 @@ def raw_project_config() -> dict[str, str]:
     prefix = f"{pulumi.get_project()}:"
     values = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     return {k.removeprefix(prefix): v for k, v in values.items() if k.startswith(prefix)}
-
-
-def default_cluster_name(project: str, stack: str) -> str:
-    """`<project>-<stack>` made a valid clusterName: lowercase letters, digits and '-', starting
-    with a letter, short enough for the RayJob names derived from it."""
-    name = re.sub(r"[^a-z0-9-]+", "-", f"{project}-{stack}".lower()).lstrip("-0123456789")
-    return (name or "ray-train")[:RAYJOB_NAME_MAX - JOB_HASH_LEN - 1].rstrip("-")
 
 
 def load() -> StackConfig:

@@ -188,6 +188,12 @@ def existing_cluster(cfg: StackConfig) -> list[str]:
     if cfg.existing_kuberay and not cfg.existing_cluster_name:
         p.append("existingKuberay: only with existingClusterName; this stack's own cluster gets "
                  "the pinned KubeRay operator: remove existingKuberay")
+    if cfg.existing_kueue and not cfg.existing_cluster_name:
+        p.append("existingKueue: only with existingClusterName; this stack's own cluster gets "
+                 "the pinned Kueue: remove existingKueue")
+    if cfg.existing_kueue and not cfg.queue:
+        p.append("existingKueue: true queues the runs in the cluster's Kueue, queue: false "
+                 "queues none: remove one")
     for key, selector, default in (
             ("systemNodeSelector", cfg.system_node_selector, SYSTEM_LABELS),
             ("gpuNodeSelector", cfg.gpu_node_selector, GPU_SELECTOR)):

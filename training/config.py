@@ -199,6 +199,10 @@ class TrainConfig:
         "adapters (the default: every attention and MLP projection)")
     load_in_4bit: bool = documented(
         False, "QLoRA (a 4-bit base): refused with the reason; see docs/lora.md")
+    allow_untested_architecture: bool = documented(
+        False, "train a --model outside the supported families (docs/models.md: multimodal, "
+        "mixture-of-experts, an unknown architecture, Qwen3.5's packed linear attention) "
+        "instead of refusing it; the run's log states what is untested")
     harness_tasks: str | None = documented(
         None, "after the export, score the base and the tuned model with lm-evaluation-harness "
         "on these comma-separated lm-eval task names, task YAML files or folders; needs --export")

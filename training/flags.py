@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import inspect
 
 from training.config import Option, TrainConfig, flag_name, options
 from training.run_names import default_name
@@ -37,7 +36,8 @@ class _IntoGroup(argparse.Action):
 def add_config_flags(ap: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
     """One flag per TrainConfig option (or the `names` given), typed and documented from the
     field, defaulting to None so that only what the user gave overrides a default. A group's
-    options (the test hooks) are listed apart in --help."""
+    options (the test hooks) are accepted but left out of --help and the usage: they are no
+    setting a user makes (argparse.SUPPRESS); the frozen CLI surface still lists them."""
     groups = {}
     for option in options():
         if names is not None and option.name not in names:
@@ -53,12 +53,12 @@ def add_config_flags(ap: argparse.ArgumentParser, names: tuple[str, ...] | None 
         if option.group is None:
             ap.add_argument(flag(option.name), **kwargs)
             continue
-        if option.group not in groups:  # titled by its name, described by its docstring
-            groups[option.group] = ap.add_argument_group(
-                option.group.replace("_", " "), inspect.getdoc(option.owner).split("\n\n")[0])
+        if option.group not in groups:  # titled by its name; no description: nothing to show
+            groups[option.group] = ap.add_argument_group(option.group.replace("_", " "))
         groups[option.group].add_argument(
             flag(option.name), dest=option.group, metavar=option.name.upper(),
-            action=functools.partial(_IntoGroup, option=option), **kwargs)
+            action=functools.partial(_IntoGroup, option=option),
+            **{**kwargs, "help": argparse.SUPPRESS})
 
 
 def render(cfg: TrainConfig) -> list[str]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -86,3 +88,37 @@ def check_writable(storage: Storage) -> None:
     except (OSError, ArrowException) as e:
         raise StorageError(f"--storage-path {storage.uri!r} is not writable: "
                            f"{str(e).splitlines()[0]}") from None
+
+
+@contextmanager
+def removed_on_refusal(storage: Storage, name: str) -> Iterator[None]:
+    """Bad input found before a run's first step (an InputError) removes what the attempt
+    created: the run directory `name` when it did not exist before, and on a local path the
+    directories above it made for it (the storage path itself, when it was new). A run directory
+    that existed (a rerun) is left as it was found but for a tokenized cache the attempt may have
+    completed, which the next attempt with the same data and settings reuses."""
+    new = _first_missing(storage, storage.run_dir(name))
+    try:
+        yield
+    except InputError:
+        if new is not None:
+            try:
+                storage.filesystem.delete_dir(new)
+            except (OSError, ArrowException):  # never created after all
+                pass
+        raise
+
+
+def _first_missing(storage: Storage, run_dir: str) -> str | None:
+    """The topmost directory of `run_dir`'s path that does not exist yet (S3: the run's prefix
+    when nothing is under it), or None."""
+    if not isinstance(storage.filesystem, pafs.LocalFileSystem):
+        try:
+            absent = storage.filesystem.get_file_info(run_dir).type == pafs.FileType.NotFound
+        except (OSError, ArrowException):
+            return None
+        return run_dir if absent else None
+    missing, path = None, run_dir
+    while not os.path.lexists(path):
+        missing, path = path, os.path.dirname(path)
+    return missing

@@ -26,13 +26,14 @@ class Addons(pulumi.ComponentResource):
     def __init__(self, name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource],
                  system_node_selector: dict[str, str], region: str,
                  kuberay_crds: Mapping[str, str] | None, autoscaler_values: dict | None = None,
-                 crd_provider: k8s.Provider | None = None, queue: bool = False,
+                 crd_provider: k8s.Provider | None = None, kueue_namespace: str | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         """`kuberay_crds`: kind -> CRD text of the pinned release, applied with the operator;
         None when the cluster runs its own KubeRay (no second operator, its CRDs untouched).
         `crd_provider`: a shared cluster's, which adopts CRDs that are already there; they are
         then left in place on destroy. `autoscaler_values`: install cluster-autoscaler (own
-        cluster only). `queue`: install Kueue, which queues the RayJobs (workloads/kueue.py)."""
+        cluster only). `kueue_namespace`: install Kueue, which queues the RayJobs of that namespace
+        (workloads/kueue.py) and nothing else (helm_values.kueue_manager_config)."""
         super().__init__("eksraytrain:workloads:Addons", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
         self.kuberay = None
@@ -56,8 +57,16 @@ class Addons(pulumi.ComponentResource):
         if autoscaler_values is not None:
             self._release(name, "cluster-autoscaler", autoscaler_values, base)
         # Awaited: its webhooks must answer before the queue objects and RayJobs are created.
-        self.kueue = (self._release(name, "kueue", helm_values.kueue(system_node_selector), base)
-                      if queue else None)
+        # After KubeRay: its RayJob integration finds the CRD when it starts, and no KubeRay
+        # object is created while Kueue's webhooks are registered but not yet serving (Helm
+        # does not retry a refused create). With our values none of them covers KubeRay's
+        # namespace anyway (helm_values.kueue_manager_config).
+        self.kueue = None
+        if kueue_namespace is not None:
+            after = [*depends_on, *([self.kuberay] if self.kuberay else [])]
+            self.kueue = self._release(
+                name, "kueue", helm_values.kueue(system_node_selector, kueue_namespace),
+                pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)))
         self.register_outputs({})
 
     def _release(self, name: str, chart_key: str, values: dict, opts: pulumi.ResourceOptions,

@@ -1,4 +1,14 @@
-"""The `training/` package as ConfigMap data: no image build, and a content hash for job names."""
+"""The `training/` package as ConfigMap data: no image build, and a content hash for job names.
+
+Each run carries its own: a ConfigMap named for its RayJob and the bundle's digest, owned by the
+RayJob (so it goes with it), holding exactly the keys its volume's items name. A run submitted
+from a checkout therefore runs that checkout's code, never the code a `pulumi up` deployed
+(whose file list may differ: a key an item names but the ConfigMap lacks keeps the pod in
+ContainerCreating, kubelet's configMap volume plugin refusing a missing non-optional key).
+
+The ConfigMap limit is the API server's: ValidateConfigMap sums len(value) of data and
+binaryData (keys not counted) and refuses a total over core.MaxSecretSize, 1 * 1024 * 1024
+bytes (kubernetes pkg/apis/core/validation/validation.go, pkg/apis/core/types.go)."""
 
 from __future__ import annotations
 
@@ -6,9 +16,11 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from stack.kube import CODE_DIGEST_ANNOTATION, code_configmap_name
 from training.errors import InputError
+from workloads.owners import owned_by
 
-CONFIGMAP_LIMIT_BYTES = 1024 * 1024  # Kubernetes rejects larger ConfigMaps
+CONFIGMAP_LIMIT_BYTES = 1024 * 1024  # core.MaxSecretSize: the API server refuses more
 INCLUDE_SUFFIXES = (".py", ".jsonl", ".txt", ".json", ".yaml")  # .yaml: lm-eval task files
 PACKAGE = "training"
 
@@ -25,7 +37,24 @@ class CodeBundle:
 
     @property
     def size(self) -> int:
+        """Bytes as the API server counts them (UTF-8 values, no keys)."""
         return sum(len(v.encode()) for v in self.data.values())
+
+    def volume(self, rayjob_name: str) -> dict:
+        """The pods' `code` volume: the run's own ConfigMap, its files at their paths."""
+        return {"name": "code", "configMap": {
+            "name": code_configmap_name(rayjob_name, self.digest), "items": self.items}}
+
+
+def configmap(code: CodeBundle, job: dict) -> dict:
+    """The run's code ConfigMap for `job` as the API server returned it (with its uid)."""
+    meta = job["metadata"]
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": code_configmap_name(meta["name"], code.digest),
+                         "namespace": meta["namespace"],
+                         "annotations": {CODE_DIGEST_ANNOTATION: code.digest},
+                         "ownerReferences": owned_by(job)},
+            "data": dict(code.data)}
 
 
 def _key(relative: str) -> str:
@@ -49,6 +78,6 @@ def bundle(root: Path, limit: int = CONFIGMAP_LIMIT_BYTES) -> CodeBundle:
     if result.size > limit:
         biggest = max(files, key=lambda p: p.stat().st_size)
         raise CodeBundleError(f"training/ is {result.size:,} bytes, over the {limit:,}-byte "
-                              f"ConfigMap limit (largest file: {biggest.relative_to(root)}); move "
+                              f"ConfigMap limit of the Kubernetes API (largest file: {biggest.relative_to(root)}); move "
                               "data files to S3 and pass them with training.data")
     return result

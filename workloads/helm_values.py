@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pulumi
+import yaml
 
 from stack.catalog import CLUSTER_AUTOSCALER_IMAGE
 from stack.images import efa_plugin_repository
@@ -19,17 +20,52 @@ def kuberay_operator(node_selector: dict[str, str]) -> dict:
                           "limits": {"cpu": "100m", "memory": "512Mi"}}}
 
 
-def kueue(node_selector: dict[str, str]) -> dict:
+# The chart's own manager Configuration (kubernetes-sigs/kueue v0.19.2 charts/kueue/values.yaml,
+# managerConfig.controllerManagerConfigYaml): a value for that key replaces the whole text, so
+# every field the chart sets is repeated here and only the integrations and namespaces differ.
+KUEUE_MANAGER_CONFIG = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+    "health": {"healthProbeBindAddress": ":8081"},
+    "metrics": {"bindAddress": ":8443"},
+    "webhook": {"port": 9443},
+    "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+    "controller": {"groupKindConcurrency": {
+        "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10,
+        "LocalQueue.kueue.x-k8s.io": 5, "ClusterQueue.kueue.x-k8s.io": 5,
+        "ResourceFlavor.kueue.x-k8s.io": 1}},
+    "clientConnection": {"qps": 300, "burst": 500},
+}
+KUEUE_FRAMEWORKS = ["ray.io/rayjob"]  # the only kind of object this stack queues
+
+
+def kueue_manager_config(namespace: str) -> dict:
+    """Kueue scoped to our RayJobs. The chart's default integrations include `pod`,
+    `deployment`, `statefulset` and `batch/job`, and its webhook template
+    (charts/kueue/templates/webhook/manifests.yaml) renders each with `failurePolicy: Fail`
+    on every namespace but kube-system and Kueue's own: while the one Kueue pod is down no
+    Deployment or Pod could be created anywhere. With `ray.io/rayjob` alone the pod,
+    deployment and statefulset webhooks render `failurePolicy: Ignore`, and with
+    `managedJobsNamespaceSelector` every job webhook's namespaceSelector is the stack's Ray
+    namespace (the template copies it verbatim). A disabled integration's webhook is Kueue's
+    no-op one (pkg/controller/jobframework/noop_webhook.go): it admits everything."""
+    return {**KUEUE_MANAGER_CONFIG,
+            "managedJobsNamespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": namespace}},
+            "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)}}
+
+
+def kueue(node_selector: dict[str, str], namespace: str) -> dict:
     """Kueue's controller on the system node (the chart's `controllerManager.nodeSelector`, empty
-    by default: kubernetes-sigs/kueue v0.19.2 charts/kueue/values.yaml); its default
-    integrations already include ray.io/rayjob, and it manages only objects with a queue label
-    (its Configuration sets no manageJobsWithoutQueueName, false by default). The chart requests
-    500m CPU: on an m7i.xlarge beside the operator, the autoscaler and a run's head that is more
-    than is left, and the controller idles between admissions."""
+    by default), managing RayJobs in `namespace` only (kueue_manager_config); among those only
+    the ones with a queue label (its Configuration sets no manageJobsWithoutQueueName, false by
+    default). The chart requests 500m CPU: on an m7i.xlarge beside the operator, the autoscaler
+    and a run's head that is more than is left, and the controller idles between admissions."""
     return {"controllerManager": {
         "nodeSelector": dict(node_selector),
         "manager": {"resources": {"requests": {"cpu": "100m", "memory": "512Mi"},
-                                  "limits": {"cpu": "500m", "memory": "512Mi"}}}}}
+                                  "limits": {"cpu": "500m", "memory": "512Mi"}}}},
+            "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(
+                kueue_manager_config(namespace), sort_keys=False)}}
 
 
 def nvidia_device_plugin() -> dict:

@@ -30,6 +30,7 @@ LOCAL_QUEUE = "runs"  # in the Ray namespace: what a RayJob's queue label names
 _EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute",
             "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 COVERED = ("cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa")
+NEXT_RUN_TTL_S = 0  # a finished run's cluster goes at once: the next admitted head needs its room
 
 
 def cluster_queue_name(cfg: StackConfig) -> str:
@@ -103,10 +104,20 @@ def queued(job: dict, cfg: StackConfig) -> dict:
     it checks activeDeadlineSeconds and preRunningDeadlineSeconds only in Initializing and
     Running, never while Suspended (ray-operator/controllers/ray/rayjob_controller.go). So the
     deadlines count from admission: a run waiting in the queue never expires. Kueue's RayJob
-    integration needs shutdownAfterJobFinishes, which the builder always sets."""
+    integration needs shutdownAfterJobFinishes, which the builder always sets.
+
+    The finished run's cluster goes at once (ttlSecondsAfterFinished 0): Kueue frees a run's
+    quota when its RayJob finishes and admits the next, but KubeRay deletes the finished
+    cluster only at status.endTime + ttlSecondsAfterFinished (rayjob_controller.go, Complete/
+    Failed: shutdownTime not After now -> delete the cluster; the submitter Job, with the
+    driver's log, is kept). A run's system pods (head 2 vCPU/8 GiB, scale-up watch, submitter)
+    fit once on one m7i.xlarge beside the add-ons, not twice (SYSTEM_FIT in the tests): with the
+    300 s grace the next head would wait that long after its admission, inside its own
+    preRunningDeadlineSeconds, counted as its cold start."""
     if not cfg.queue:
         return job
     meta = job["metadata"]
     return {**job, "metadata": {**meta, "labels": {**meta.get("labels", {}),
                                                    QUEUE_LABEL: LOCAL_QUEUE}},
-            "spec": {**job["spec"], "suspend": True}}
+            "spec": {**job["spec"], "suspend": True,
+                     "ttlSecondsAfterFinished": NEXT_RUN_TTL_S}}

@@ -11,9 +11,9 @@ import pulumi_kubernetes as k8s
 
 from stack.config import StackConfig
 from stack.images import through_cache
-from workloads.code_bundle import CodeBundle
+from workloads.code_bundle import CodeBundle, configmap
 from workloads.kueue import API_VERSION as KUEUE_API, queue_objects
-from stack.kube import CODE_CONFIGMAP, HF_TOKEN_SECRET, MLFLOW_SECRET, SERVICE_ACCOUNT
+from stack.kube import HF_TOKEN_SECRET, MLFLOW_SECRET, SERVICE_ACCOUNT
 from workloads.rayjob import build_rayjob, head_service
 from workloads.rbac import head_rbac
 
@@ -39,14 +39,15 @@ def _custom_resource(name: str, kind: str, manifest: pulumi.Input[dict],
         spec=m.apply(lambda d: d["spec"]), opts=opts)
 
 
-def _queue(name: str, cfg: StackConfig, kueue: pulumi.Resource, base: pulumi.ResourceOptions,
-           ns: pulumi.Resource) -> pulumi.Resource:
+def _queue(name: str, cfg: StackConfig, kueue: pulumi.Resource | None,
+           base: pulumi.ResourceOptions, ns: pulumi.Resource) -> pulumi.Resource:
     """Kueue's flavors, ClusterQueue and LocalQueue (workloads/kueue.py), each after the ones it
-    names and all after Kueue itself (its webhooks validate them); returns the LocalQueue. Only
+    names and all after Kueue itself (its webhooks validate them; None: the cluster's own Kueue,
+    existingKueue); returns the LocalQueue. Only
     the LocalQueue waits for the namespace: on destroy the ClusterQueue's finalizer
     (kueue.x-k8s.io/resource-in-use) holds it until the namespace's admitted Workloads are gone,
     so it must not be deleted before the namespace is."""
-    previous: list[pulumi.Resource] = [kueue]
+    previous: list[pulumi.Resource] = [kueue] if kueue is not None else []
     for m in queue_objects(cfg):
         after = [*previous, *([ns] if m["kind"] == "LocalQueue" else [])]
         previous = [*previous, _custom_resource(
@@ -90,13 +91,10 @@ class RayWorkloads(pulumi.ComponentResource):
                                    opts=pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(
                                        depends_on=controllers)))
         in_ns = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=[ns]))
-        queue = _queue(name, cfg, kueue, base, ns) if cfg.queue and kueue is not None else None
+        queue = _queue(name, cfg, kueue, base, ns) if cfg.queue else None
         k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": SERVICE_ACCOUNT,
                                                            "namespace": namespace}, opts=in_ns)
         secrets = _secrets(name, cfg, hf_token, mlflow_password, in_ns)
-        code = k8s.core.v1.ConfigMap(f"{name}-code", metadata={"name": CODE_CONFIGMAP,
-                                                               "namespace": namespace},
-                                     data=bundle.data, opts=in_ns)
         self.rayjob_name = self.head_service = None
         if cfg.run_job and cfg.gpu_node_count > 0:  # a run of zero GPU nodes never starts
             manifest = pulumi.Output.all(storage_uri, image_cache).apply(
@@ -104,9 +102,11 @@ class RayWorkloads(pulumi.ComponentResource):
                     cfg, image=through_cache(cfg.image, a[1])), bundle, a[0]))
             self.rayjob_name = manifest.apply(lambda m: m["metadata"]["name"])
             self.head_service = self.rayjob_name.apply(head_service)
-            roles = [_rbac(f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m, in_ns)
-                     for m in head_rbac(namespace, self.rayjob_name,
-                                         cfg.end_on_scale_up_failure)]
+        # Whenever a run can start, the stack's or a submitted one (runJob false included):
+        # every head reads pods, events, nodes and the autoscaler status from its start.
+        roles = [_rbac(f"{name}-{m['kind'].lower()}-{m['metadata']['name']}", m, in_ns)
+                 for m in head_rbac(namespace, self.rayjob_name, cfg.end_on_scale_up_failure)]
+        if self.rayjob_name is not None:
             # KubeRay ignores spec changes of a RayJob ("Disregard changes in RayClusterSpec",
             # rayjob_controller.go), so any change is a new job, and the old one is deleted
             # first: its Ray cluster, and so its GPU nodes, go before the new job asks for them.
@@ -114,17 +114,37 @@ class RayWorkloads(pulumi.ComponentResource):
             # created, so the RayJob itself depends on it: a component's depends_on would not
             # reach it (pulumi/pulumi source_eval.go inheritFromParent copies only DeletedWith,
             # Protect, RetainOnDelete and Provider from a parent).
-            _custom_resource(
+            job = _custom_resource(
                 f"{name}-rayjob", "RayJob", manifest,
                 opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(
                     # The head reads the API from its start (cold start, scale-up watch).
-                    depends_on=[ns, code, pod_identity, *roles, *secrets,
+                    depends_on=[ns, pod_identity, *roles, *secrets,
                                 *([operator] if operator else []), *([queue] if queue else [])],
                     # Kueue owns spec.suspend (it unsuspends the RayJob on admission: Kueue's
                     # rayjobs page): a refresh that reads `false` must not replace the run.
                     ignore_changes=["spec.suspend"],
                     replace_on_changes=["metadata.name", "spec"], delete_before_replace=True)))
+            _code(f"{name}-code", bundle, job, manifest, in_ns)
         self.register_outputs({})
+
+
+def _code(name: str, bundle: CodeBundle, job: k8s.apiextensions.CustomResource,
+          manifest: pulumi.Output[dict], opts: pulumi.ResourceOptions) -> k8s.core.v1.ConfigMap:
+    """The stack's run's own code ConfigMap (workloads/code_bundle.py), owned by its RayJob: made
+    after it, since an owner reference needs the uid the API server gave the RayJob. Until it
+    exists the run's pods wait in ContainerCreating: kubelet retries a missing ConfigMap volume
+    (with Kueue the RayJob is also suspended until admitted)."""
+    created = pulumi.Output.all(manifest, job.metadata).apply(lambda a: {
+        **a[0], "metadata": {**a[0]["metadata"], "uid": _uid(a[1])}})
+    m = created.apply(lambda j: configmap(bundle, j))
+    return k8s.core.v1.ConfigMap(name, metadata=m.apply(lambda d: d["metadata"]),
+                                 data=bundle.data, opts=pulumi.ResourceOptions.merge(
+                                     opts, pulumi.ResourceOptions(depends_on=[job])))
+
+
+def _uid(metadata) -> str:
+    """The uid among a custom resource's output metadata (a dict, or an ObjectMeta)."""
+    return metadata["uid"] if isinstance(metadata, dict) else metadata.uid
 
 
 def _secrets(name: str, cfg: StackConfig, hf_token: pulumi.Input[str] | None,

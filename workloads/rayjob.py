@@ -20,7 +20,7 @@ import yaml
 
 from stack.catalog import LM_EVAL_CLIENT, MLFLOW_CLIENT, PEFT_CLIENT
 from stack.config import StackConfig
-from stack.kube import CODE_CONFIGMAP, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGET_S
+from stack.kube import CODE_DIGEST_ANNOTATION, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGET_S
 from training.config import TrainConfig
 from training.flags import render
 from training.run_names import run_key
@@ -31,7 +31,8 @@ from workloads.scaleup_watch import with_cold_start
 
 # After the job ends (RJC handleShutdownAfterJobFinishes: status.endTime + this), the cluster is
 # deleted; until then its dashboard and Ray logs can still be read. The submitter Job, with the
-# driver's output, is kept until the RayJob itself is deleted.
+# driver's output, is kept until the RayJob itself is deleted. Without the queue only: a queued
+# run's cluster goes at once, for the next run's head (workloads/kueue.py `queued`).
 LOGS_GRACE_S = 300
 # Submission retries of the submitter Job (RJC createNewK8sJob defaults to 2; its command checks
 # `ray job status` before `ray job submit`, so a retry never submits twice: common/job.go).
@@ -93,7 +94,8 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str,
     return queued({
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
-        "metadata": {"name": name, "namespace": cfg.namespace},
+        "metadata": {"name": name, "namespace": cfg.namespace,
+                     "annotations": {CODE_DIGEST_ANNOTATION: bundle.digest}},
         "spec": {
             "entrypoint": shlex.join(entrypoint_args(cfg, storage_uri)),
             # A cluster of its own (no clusterSelector): created with the job, submitted to once
@@ -119,8 +121,7 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str,
                                   "limits": {"cpu": "500m", "memory": "1Gi"}},
                     "volumeMounts": [{"name": "code", "mountPath": CODE_MOUNT}],
                 }],
-                "volumes": [{"name": "code", "configMap": {"name": CODE_CONFIGMAP,
-                                                           "items": bundle.items}}],
+                "volumes": [bundle.volume(name)],
             }},
         },
     }, cfg)

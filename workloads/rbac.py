@@ -24,6 +24,7 @@ stack's Role above, which is namespace-wide.
 from __future__ import annotations
 
 from stack.kube import SERVICE_ACCOUNT
+from workloads.owners import owned_by
 from training.head.scaleup import STATUS_CONFIGMAP, STATUS_NAMESPACE
 
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -55,12 +56,16 @@ def _rayjob_rule(rayjob_name: str, end_on_scaleup_failure: bool) -> dict:
     return _rule("ray.io", ["rayjobs"], verbs, [rayjob_name])
 
 
-def head_rbac(namespace: str, rayjob_name: str, end_on_scaleup_failure: bool) -> list[dict]:
+def head_rbac(namespace: str, rayjob_name: str | None,
+              end_on_scaleup_failure: bool) -> list[dict]:
     """Roles and bindings for the service account of the Ray pods in `namespace` (the stack's,
-    StackConfig.namespace). `rayjob_name` may be a Pulumi Output (the name hashes the storage
-    URI): the builder only places it."""
-    rules = [_rule("", ["pods"], ["list"]), _rule("", ["events"], ["list"]),
-             _rayjob_rule(rayjob_name, end_on_scaleup_failure)]
+    StackConfig.namespace), on every stack: a run `python -m runs` submits to a `runJob: false`
+    stack reads pods, events, nodes and the autoscaler status through these too. `rayjob_name`:
+    the stack's own RayJob (a Pulumi Output: the name hashes the storage URI; the builder only
+    places it), None without one (a submitted run's own RayJob rule is `run_rbac`'s)."""
+    rules = [_rule("", ["pods"], ["list"]), _rule("", ["events"], ["list"])]
+    if rayjob_name is not None:
+        rules.append(_rayjob_rule(rayjob_name, end_on_scaleup_failure))
     status_role, nodes_role = f"{namespace}-head-autoscaler-status", f"{namespace}-head-nodes"
     return [
         {"apiVersion": RBAC, "kind": "Role", "metadata": {"name": ROLE, "namespace": namespace},
@@ -84,8 +89,7 @@ def run_rbac(job: dict) -> list[dict]:
     meta = job["metadata"]
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
     ends = any("--end-on-scaleup-failure" in c.get("command", []) for c in head)
-    owners = [{"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
-               "uid": meta["uid"], "blockOwnerDeletion": False}]
+    owners = owned_by(job)
     name = f"{meta['name']}-head"
     role = {"apiVersion": RBAC, "kind": "Role", "metadata": {"name": name},
             "rules": [_rayjob_rule(meta["name"], ends)]}

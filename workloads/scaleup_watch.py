@@ -14,7 +14,7 @@ import copy
 
 from stack.catalog import region_prices
 from stack.config import StackConfig
-from stack.kube import CODE_CONFIGMAP, CODE_MOUNT
+from stack.kube import CODE_MOUNT
 from training.head.cold_start import CLUSTER_ENV, NAMESPACE_ENV, PRICE_ENV, RAYJOB_ENV
 from training.head.scaleup import CAPACITY_TYPE_ENV, QUOTA_ENV
 from workloads.code_bundle import CodeBundle
@@ -68,6 +68,5 @@ def with_cold_start(cluster_spec: dict, cfg: StackConfig, bundle: CodeBundle,
     pod = spec["headGroupSpec"]["template"]["spec"]
     pod["containers"][0]["env"] += cold_start_env(cfg, rayjob_name)  # the Ray container (first)
     pod["containers"].append(watch_container(cfg, rayjob_name))
-    pod["volumes"].append({"name": "code", "configMap": {"name": CODE_CONFIGMAP,
-                                                         "items": bundle.items}})
+    pod["volumes"].append(bundle.volume(rayjob_name))
     return spec

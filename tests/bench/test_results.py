@@ -25,8 +25,7 @@ def test_every_row_names_a_gpu_result_json_in_the_repository():
         name = row.rstrip(" |").rsplit("| ", 1)[1]
         result = json.loads((REPO / "bench" / name).read_text())
         assert result["env"]["date"] in row, row
-        if not results.on_gpu(result):  # a kind whose CPU rows count, said in the row itself
-            assert results.kind(result) in results.CPU_SHOWN and "| CPU (gloo) x" in row, row
+        assert results.on_gpu(result), row  # CPU measurements stay in their JSON and docs
 
 
 def _bench_json(gpu: bool) -> dict:
@@ -116,19 +115,18 @@ def _poll_json(gpu: bool) -> dict:
             "runs": runs, "pairs": pairs}
 
 
-def test_the_preemption_check_shows_its_cpu_rows_marked_as_cpu(tmp_path):
+def test_the_preemption_check_shows_its_gpu_rows_and_no_cpu_ones(tmp_path):
     runs = tmp_path / "runs" / "2026-12-02"
     runs.mkdir(parents=True)
     (runs / "poll-cpu.json").write_text(json.dumps(_poll_json(gpu=False)))
-    (runs / "bench-cpu.json").write_text(json.dumps(_bench_json(gpu=False)))  # still left out
+    (runs / "bench-cpu.json").write_text(json.dumps(_bench_json(gpu=False)))
     text = results.render(tmp_path / "runs")
-    rows = [r for r in text.splitlines() if r.endswith("| runs/2026-12-02/poll-cpu.json |")]
-    assert len(rows) == 3 and all("| CPU (gloo) x2 |" in r for r in rows)
+    assert "poll-cpu.json" not in text and "bench-cpu.json" not in text and "| CPU" not in text
+    (runs / "poll-gpu.json").write_text(json.dumps(_poll_json(gpu=True)))
+    text = results.render(tmp_path / "runs")
+    rows = [r for r in text.splitlines() if r.endswith("| runs/2026-12-02/poll-gpu.json |")]
+    assert len(rows) == 3 and all("| NVIDIA H200 x2 |" in r for r in rows)
     assert "| get_preemption_info | 300 | 1.500 | 3.000 |" in rows[0]
     assert "| job step, pair 1 | 40 steps |  |  | 52.0 | 50.0 | +2.0 (+4.0%) | 3.2 / 2.5 |" \
         in rows[2]
-    assert "bench-cpu.json" not in text
-    (runs / "poll-gpu.json").write_text(json.dumps(_poll_json(gpu=True)))
-    gpu_rows = [r for r in results.render(tmp_path / "runs").splitlines()
-                if r.endswith("poll-gpu.json |")]
-    assert len(gpu_rows) == 3 and all("| NVIDIA H200 x2 |" in r for r in gpu_rows)
+    assert "poll-cpu.json" not in text

@@ -11,6 +11,7 @@ their dependencies (`gates_invokes`, as from 3.256.0) or, as older ones, does no
 from __future__ import annotations
 
 import threading
+import uuid
 from dataclasses import dataclass
 
 import pulumi
@@ -141,6 +142,9 @@ class RecordingMocks(EksAccount, Ec2Account, pulumi.runtime.Mocks):
             outputs["arn"] = f"arn:aws:iam::123456789012:role/{args.name}"
         if args.typ == "aws:ecr/pullThroughCacheRule:PullThroughCacheRule":
             outputs["registryId"] = self.deployer.split(":")[4]  # the caller's account
+        if _kubernetes_object(args.typ):  # the API server gives every object it creates a uid
+            outputs["metadata"] = {**(outputs.get("metadata") or {}),
+                                   "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, args.name))}
         self.ec2_resource(args, f"{args.name}-id")
         return f"{args.name}-id", outputs
 
@@ -294,3 +298,10 @@ def _has_resource(value) -> bool:
     if isinstance(value, list):
         return any(_has_resource(v) for v in value)
     return False
+
+
+def _kubernetes_object(typ: str) -> bool:
+    """A resource the Kubernetes provider creates as one API object (not a Helm release, a
+    group of manifests or the provider itself)."""
+    return typ.startswith("kubernetes:") and not typ.startswith(
+        ("kubernetes:helm.sh", "kubernetes:yaml", "pulumi:providers"))

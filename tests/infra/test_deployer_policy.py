@@ -95,3 +95,18 @@ def test_no_statement_grants_a_wildcard_action():
     for statement in statements:
         assert statement["Effect"] == "Allow" and "NotAction" not in statement
         assert all("*" not in action and ":" in action for action in statement["Action"])
+
+
+def test_what_a_setting_makes_the_provider_call_is_granted():
+    """Keyed on the inputs the program declares, not only their types: `forceDestroyBucket`
+    sets the bucket's forceDestroy, and its `pulumi destroy` empties the bucket first (every
+    version and delete marker: terraform-provider-aws internal/service/s3/delete.go)."""
+    granted = {a for s in deployer_policy.policy()["Statement"] for a in s["Action"]}
+    committed = {a for s in json.loads(COMMITTED.read_text())["Statement"] for a in s["Action"]}
+    for force in ("true", "false"):
+        m = run_program(DEV, {"forceDestroyBucket": force})
+        needed = set().union(*(deployer_policy.setting_actions(r.type, r.inputs)
+                               for r in m.resources))
+        assert needed <= granted and needed <= committed
+        emptying = {"s3:ListBucketVersions", "s3:DeleteObjectVersion", "s3:DeleteObject"}
+        assert (emptying <= needed) == (force == "true")

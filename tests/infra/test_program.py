@@ -28,7 +28,7 @@ def test_every_stack_file_deploys_the_full_graph(path):
     for typ in ("aws:ec2/vpc:Vpc", "aws:ec2/natGateway:NatGateway", "eks:index:Cluster",
                 "aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/placementGroup:PlacementGroup",
                 "aws:s3/bucket:Bucket", "aws:eks/podIdentityAssociation:PodIdentityAssociation",
-                "kubernetes:core/v1:ConfigMap"):  # the Ray workloads (a RayJob only if runJob)
+                "kubernetes:core/v1:ServiceAccount"):  # the Ray workloads (a run only if runJob)
         assert m.of_type(typ), typ
     assert len(m.of_type(NODE_GROUP)) == 2 and len(m.of_type("kubernetes:helm.sh/v3:Release")) == 5  # with Kueue
     assert len(m.of_type("aws:ec2/natGateway:NatGateway")) == 1  # one NAT: cost
@@ -175,8 +175,8 @@ def test_gpu_node_count_zero_keeps_the_whole_stack_and_no_gpu_node_can_start():
     assert scaling == {"desiredSize": 0, "minSize": 0, "maxSize": 1}
     assert not paused.of_type("kubernetes:ray.io/v1:RayJob")  # a run needs GPU nodes
     running = run_program(DEV)
-    # What a run brings: its RayJob and the Roles of its head, which name that RayJob.
-    of_a_run = ("kubernetes:ray.io/v1:RayJob", "kubernetes:rbac.authorization.k8s.io/v1:")
+    # What a run brings: its RayJob and its code; the head's Roles are there for any run.
+    of_a_run = ("kubernetes:ray.io/v1:RayJob", "kubernetes:core/v1:ConfigMap")
     assert sorted(r.type for r in paused.resources) == sorted(
         r.type for r in running.resources if not r.type.startswith(of_a_run))
 

@@ -169,7 +169,8 @@ def test_a_change_that_replaces_the_gpu_group_during_a_run_is_refused(change, ke
     first.scaling[GPU_GROUP]["desiredSize"] = 2  # a run holds two GPU nodes
     mocks = RecordingMocks("us-west-2", prior=first)
     with pytest.raises(ConfigError, match=key + r": replaces the node group ray-train-dev-gpu"
-                       r".*holds 2 node\(s\).*delete rayjob"):
+                       r".*holds 2 node\(s\).*`python -m runs list` names the run holding "
+                       r"them, `python -m runs cancel NAME` ends it"):
         run_program(DEV, change, mocks=mocks)
     assert mocks.resources == []
     first.scaling[GPU_GROUP]["desiredSize"] = 0
@@ -178,3 +179,15 @@ def test_a_change_that_replaces_the_gpu_group_during_a_run_is_refused(change, ke
     # During the run, a change that replaces nothing (a new root volume) still goes out.
     first.scaling[GPU_GROUP]["desiredSize"] = 2
     assert _update(first, {"rootVolumeGib": "300"}).rolls == ["eks-gpu"]
+
+
+def test_the_refusal_names_the_run_on_a_stack_without_its_own_run():
+    """On a `runJob: false` stack the nodes are held by a submitted run and the rayJob output is
+    empty: the refusal points at the tool that lists every run and ends one by name."""
+    first = run_program(DEV, {"runJob": "false"})
+    first.scaling[GPU_GROUP]["desiredSize"] = 2  # a submitted run holds two GPU nodes
+    mocks = RecordingMocks("us-west-2", prior=first)
+    with pytest.raises(ConfigError) as refused:
+        run_program(DEV, {"runJob": "false", "gpuCapacityType": "spot"}, mocks=mocks)
+    assert "`python -m runs cancel NAME` ends it" in str(refused.value)
+    assert "rayJob" not in str(refused.value)

@@ -1,5 +1,6 @@
 """A Kubernetes API server on loopback for `python -m runs` and its `kubernetes` client: RayJobs
-(ray.io/v1) created, read, listed and deleted, a run's Role and RoleBinding created, pods listed by label selector and their logs. It
+(ray.io/v1) created, read, listed and deleted, a run's ConfigMap, Role and RoleBinding created,
+pods listed by label selector and their logs. It
 answers like the API server where the client depends on it: bearer-token authentication (401),
 201 with the stored object (uid, creationTimestamp) on create, 409 AlreadyExists, 404 Status
 objects, equality label selectors, text/plain pod logs. Every request is recorded."""
@@ -18,7 +19,7 @@ from tests.training.kube_fake import TOKEN, handler, listed, status, ts
 T0 = 1_796_112_000.0  # 2026-12-01T08:00:00Z
 ROUTES = (
     (re.compile(r"^/apis/ray\.io/v1/namespaces/([^/]+)/(rayjobs)(?:/([^/]+))?$"), None),
-    (re.compile(r"^/api/v1/namespaces/([^/]+)/(pods)(?:/([^/]+))?$"), None),
+    (re.compile(r"^/api/v1/namespaces/([^/]+)/(pods|configmaps)(?:/([^/]+))?$"), None),
     (re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/namespaces/([^/]+)/"
                 r"(roles|rolebindings)(?:/([^/]+))?$"), None),
     (re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)$"), "log"),
@@ -39,7 +40,7 @@ class FakeAPI:
     def __init__(self, rayjobs: list[dict] | None = None, pods: list[dict] | None = None,
                  logs: dict[str, str] | None = None):
         self.world = {"rayjobs": copy.deepcopy(rayjobs or []), "pods": copy.deepcopy(pods or []),
-                      "roles": [], "rolebindings": []}
+                      "roles": [], "rolebindings": [], "configmaps": []}
         self.logs = dict(logs or {})
         self.requests: list[tuple[str, str]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())

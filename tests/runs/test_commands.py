@@ -13,6 +13,7 @@ from tests.runs.conftest import outputs_file
 from tests.runs.fake_api import T0, FakeAPI, submitter_pod
 from tests.training.kube_fake import ts
 
+DIGEST = "0d65adbd1ec24d707b8f422a369a91f0d24db5cd6806ce24875d37ae8e58cd03"
 SUMMARY = {"steps": 50, "final_loss": 1.234, "tokens_per_s": 48000}
 
 
@@ -25,7 +26,8 @@ def rayjob(name: str, created: float, suspend: bool, status: dict | None = None,
         {"name": "GPU_NODE_USD_PER_HOUR", "value": "4.6016"}]}]}}}
     return {"apiVersion": "ray.io/v1", "kind": "RayJob",
             "metadata": {"name": name, "namespace": "ray", "labels": labels,
-                         "creationTimestamp": ts(created)},
+                         "creationTimestamp": ts(created),
+                         "annotations": {"eks-ray-train/code-digest": DIGEST}},
             "spec": {"suspend": suspend, "shutdownAfterJobFinishes": True,
                      "rayClusterSpec": {"headGroupSpec": head, "workerGroupSpecs": [worker]}},
             "status": status or {}}
@@ -81,9 +83,9 @@ def test_logs_and_show_read_the_submitters_output(world, tmp_path, capsys):
     assert run(world, tmp_path, "logs", "ray-train-dev-r000000001", "-f") == 0
     assert capsys.readouterr().out == LOG  # followed until the container's log ends
     assert run(world, tmp_path, "show", "ray-train-dev-r000000000") == 0
-    assert json.loads(capsys.readouterr().out) == SUMMARY
+    assert json.loads(capsys.readouterr().out) == {**SUMMARY, "code_digest": DIGEST}
     assert run(world, tmp_path, "show", "ray-train-dev-r000000001") == 2
-    assert "no summary yet (running)" in capsys.readouterr().err
+    assert f"no summary yet (running; code {DIGEST})" in capsys.readouterr().err
     assert run(world, tmp_path, "logs", "ray-train-dev-r000000002") == 2
     assert "no job output yet" in capsys.readouterr().err
 

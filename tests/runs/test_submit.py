@@ -27,7 +27,7 @@ def dry_run(outputs, capsys, *sets: str) -> dict:
     for s in sets:
         args += ["--set", s]
     assert main(args) == 0
-    return yaml.safe_load(capsys.readouterr().out)
+    return next(yaml.safe_load_all(capsys.readouterr().out))
 
 
 def stacks_own(overrides: dict) -> dict:
@@ -91,7 +91,19 @@ def test_a_bad_setting_is_refused_in_one_line_before_anything_is_created(
         outputs, capsys, api, pair, says):
     assert main(["submit", "--outputs", str(outputs), "--set", pair]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and says in err and err.count("\n") == 1
+    assert err.startswith("error: invalid stack configuration:\n  - ") and says in err
+    assert err.count("\n") == 2  # the heading and the one problem
+    assert api.requests == []
+
+
+def test_every_bad_setting_is_listed_at_once_one_a_line(outputs, capsys, api):
+    """As the stack and the job list theirs (training.errors.ConfigError): no `:;` joins."""
+    assert main(["submit", "--outputs", str(outputs), "--set", "lr=abc", "--set", "steps=-3",
+                 "--set", "setps=5"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "error: invalid stack configuration:"
+    assert [line.split(":")[0].split(" (")[0] for line in lines[1:]] == [
+        "  - --set setps", "  - training.lr", "  - training.steps"]
     assert api.requests == []
 
 

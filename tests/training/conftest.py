@@ -91,13 +91,13 @@ def s3_server(monkeypatch):
                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-    deadline = time.time() + 30
+    deadline = time.time() + 600  # a loaded machine takes long to import moto; a dead one fails
     while True:
         try:
             client.create_bucket(Bucket="ckpt")
             break
         except Exception:
-            if time.time() > deadline:
+            if proc.poll() is not None or time.time() > deadline:
                 proc.kill()
                 raise
             time.sleep(0.3)
@@ -127,7 +127,7 @@ def mlflow_server(tmp_path_factory):
         # No job runner (GenAI evaluation jobs: seven huey worker processes otherwise).
         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     uri = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
+    deadline = time.time() + 600  # waits on the server while it lives; a dead one fails at once
     while True:
         try:
             with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:

@@ -80,7 +80,7 @@ def test_kuberay_rules_reject_what_the_operator_would_fail(code):
     selector["spec"].update(clusterSelector={"ray.io/cluster": "x"}, backoffLimit=1)
     assert any("backoffLimit" in e for e in rayjob_rules(selector))
     keep = copy.deepcopy(job)
-    keep["spec"]["shutdownAfterJobFinishes"] = False
+    keep["spec"].update(shutdownAfterJobFinishes=False, ttlSecondsAfterFinished=60)
     assert any("ttlSecondsAfterFinished" in e for e in rayjob_rules(keep))
 
 
@@ -176,7 +176,9 @@ def test_job_brings_its_own_cluster_and_ends_it(code):
     job = build_rayjob(cfg, code, S3)["spec"]
     assert "clusterSelector" not in job and "deletionStrategy" not in job
     assert job["shutdownAfterJobFinishes"] is True
-    assert 60 <= job["ttlSecondsAfterFinished"] <= 900  # minutes to read logs, not hours of GPUs
+    assert job["ttlSecondsAfterFinished"] == 0  # queued: the next run's head needs the room
+    unqueued = build_rayjob(stack(queue="false"), code, S3)["spec"]
+    assert 60 <= unqueued["ttlSecondsAfterFinished"] <= 900  # minutes to read logs
     assert job["activeDeadlineSeconds"] == cfg.job_deadline_seconds
     # Scale-from-zero: node boot plus a large image pull fit before the submission deadline.
     assert job["preRunningDeadlineSeconds"] >= 20 * 60

@@ -58,9 +58,23 @@ def test_a_changed_job_replaces_the_old_one_after_deleting_it(dev):
     opts = dev.options["ray-rayjob"]
     assert opts["deleteBeforeReplace"] is True
     assert "spec" in opts["replaceOnChanges"]  # KubeRay ignores spec edits of a RayJob
-    # The operator outlives the RayJob (its finalizer), and the code ConfigMap is there first.
+    # The operator outlives the RayJob (its finalizer). The run's code ConfigMap comes after
+    # it: its owner reference needs the uid the API server gave the RayJob.
     assert dev.depends_on("ray-rayjob", "addons-kuberay-operator")
-    assert dev.depends_on("ray-rayjob", "ray-code")
+    assert dev.depends_on("ray-code", "ray-rayjob")
+
+
+def test_the_stacks_run_carries_its_code_in_a_configmap_its_rayjob_owns(dev):
+    job = dev.one("kubernetes:ray.io/v1:RayJob", "ray-rayjob").inputs
+    code = dev.one("kubernetes:core/v1:ConfigMap", "ray-code").inputs
+    digest = job["metadata"]["annotations"]["eks-ray-train/code-digest"]
+    assert code["metadata"]["name"] == f"{job['metadata']['name']}-code-{digest[:12]}"
+    owner, = code["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("RayJob", job["metadata"]["name"])
+    assert owner["uid"]  # the API server's, as the mock answers a create
+    volume = job["spec"]["submitterPodTemplate"]["spec"]["volumes"][0]["configMap"]
+    assert volume["name"] == code["metadata"]["name"]
+    assert {i["key"] for i in volume["items"]} == set(code["data"])
 
 
 def test_the_rayjob_starts_after_the_pod_identity_of_its_service_account(dev):
@@ -86,7 +100,11 @@ def test_no_job_without_a_run(overrides):
     m = run_program(DEV, overrides)
     assert not m.of_type(RAYJOB) and not m.of_type("kubernetes:ray.io/v1:RayCluster")
     assert m.exports["rayJob"] is None and m.exports["rayHeadService"] is None
-    assert m.of_type("kubernetes:core/v1:ConfigMap")  # the rest of the workloads stays
+    # No code ConfigMap either (each run carries its own); the rest of the workloads stays,
+    # the head's Roles included: a submitted run needs them.
+    assert not m.of_type("kubernetes:core/v1:ConfigMap")
+    assert m.of_type("kubernetes:core/v1:ServiceAccount")
+    assert m.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
 
 
 def test_the_heads_roles_name_this_runs_rayjob_and_come_before_it(dev):

@@ -7,7 +7,8 @@ what the loss trains on, and what an untrainable row lacks.
   template; the assistant turns are trained on. `content: null` (OpenAI's form for a turn with
   nothing to say) is an empty content, not the text "None" Jinja would render. A turn with
   `tool_calls` is refused by name, and its row skipped (cache.py): the job renders contents
-  only, and training the turn without its call would teach the model to drop calls.
+  only, and training the turn without its call would teach the model to drop calls. An
+  assistant turn's `reasoning_content` (Qwen3's thinking) is kept for templates that render it.
 `--loss-tokens all` trains on every token of every format (TRL's `completion_only_loss=False`).
 
 Standard library only at import (tokenize.py loads transformers when a tokenizer is asked for),
@@ -79,7 +80,9 @@ def _messages(value) -> list[dict]:
         if m.get("tool_calls"):
             raise RowError(f"messages[{i}] has `tool_calls`: tool-call turns are not trained "
                            "(only contents are rendered, and the call would be lost)")
-        out.append({"role": m["role"], "content": content or ""})
+        reasoning = m.get("reasoning_content")
+        out.append({"role": m["role"], "content": content or "",
+                    **({"reasoning_content": reasoning} if isinstance(reasoning, str) else {})})
     return out
 
 

@@ -71,7 +71,12 @@ def offline_reason() -> str | None:
 
 
 def _on_hub(name: str) -> bool:
-    return is_hub(name) or (bool(_REPO_ID.match(name)) and not Path(name).exists())
+    return is_hub(name) or is_repo_id(name)
+
+
+def is_repo_id(name: str) -> bool:
+    """`org/name` that is no local path: a model or tokenizer on the Hub."""
+    return bool(_REPO_ID.match(name)) and not Path(name).exists()
 
 
 @dataclass(frozen=True)

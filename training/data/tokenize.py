@@ -7,16 +7,19 @@ one; no id is ever invented for a missing EOS. Text typed in a document is text:
 text in `text`, `prompt` or `completion` is tokenized as the characters it is
 (`split_special_tokens`), never as that special token.
 
-Chat documents are the tokenizer's chat template, which ends each turn itself. Qwen2.5's template
-has no `{% generation %}` block, so transformers' `return_assistant_tokens_mask` gives no mask for
-it (transformers #34172, TRL PR #4201): an assistant turn's content starts where the template,
-given the turns before it and that assistant turn with a placeholder for its content, puts the
-placeholder (the default system prompt and the header before a first assistant turn stay
-untrained); it ends with the turn's end-of-turn token. Both hold wherever that rendering's text
-is a prefix of the whole conversation's (checked for every turn; a template where it does not is
-an error). Each content is tokenized apart from the template's text around it, as `generate`
-produces it after the prompt's tokens: under Qwen2's pre-tokenizer a content starting with "\n"
-would otherwise merge with the header's "\n" into one token that is neither's. Special-token text inside a message is tokenized as text (`_guarded`): the
+Chat documents are the tokenizer's chat template, which ends each turn itself. Few templates have
+a `{% generation %}` block, so transformers' `return_assistant_tokens_mask` gives no mask for
+them (transformers #34172, TRL PR #4201). Each assistant turn is instead what the template
+renders after that turn's generation prompt (the turns before it, `add_generation_prompt`):
+Qwen3's `<think>` block, then the content, trained through the turn's end-of-turn token; the
+default system prompt and the header before a first assistant turn stay untrained. Where the
+template renders earlier turns as a prefix of the whole conversation (Qwen2.5, Llama 3, Gemma 3,
+Phi-3.5) the row is exactly its rendering; where it drops a history turn's reasoning (Qwen3,
+Qwen3.5) every turn keeps the thinking block it was generated with, as TRL's training templates
+render it (tests/training/data/test_chat_families.py holds both against TRL's SFT). Each content
+is tokenized apart from the template's text around it, as `generate` produces it after the
+prompt's tokens: under Qwen2's pre-tokenizer a content starting with "\n" would otherwise merge
+with the header's "\n" into one token that is neither's. Special-token text inside a message is tokenized as text (`_guarded`): the
 template's own special tokens structure the turns, and the same text typed by a user would
 otherwise end or open one. (Refusing such a row would stop a whole run, the cluster default's on
 a public dataset included, for one message about tokenizers.)
@@ -180,50 +183,87 @@ class HFEncoder(Encoder):
         return ids
 
     def chat(self, messages: Sequence[dict]) -> Encoded:
-        """The template's rendering, each assistant content tokenized on its own (as `generate`
-        produces it after the prompt's tokens) and trained from its first token to its
-        end-of-turn token inclusive (the first special token after it), not the template's
-        newline after that."""
+        """Each assistant turn as the template renders it at generation time (after the turns
+        before it and the generation prompt), its content tokenized on its own (as `generate`
+        produces it after the prompt's tokens), trained from the turn's first generated token
+        (a reasoning block, where the template writes one) to its end-of-turn token inclusive
+        (the first special token after the content), not the template's newline after that."""
         if self.tok.chat_template is None:
             raise TokenizeError("the tokenizer has no chat template for `messages` data; use "
                                 "a tokenizer with one (--tokenizer) or prompt/completion data")
-        messages = self._guarded(messages)
-        rendered = self._text(messages)
+        messages = self._guarded(self._reasoning_apart(messages))
         ids: list[int] = []
-        spans, at = [], 0
-        for start, end in self._contents(messages, rendered):
-            ids += self._ids(rendered[at:start])
-            spans.append(len(ids))
-            ids += self._ids(rendered[start:end])
-            at = end
-        ids += self._ids(rendered[at:])
+        trained_from: list[tuple[int, int]] = []  # (turn's first token, content's first token)
+        for text, kind in self._pieces(messages):
+            if kind == "turn":
+                trained_from.append((len(ids), len(ids)))
+            elif kind == "content":
+                trained_from[-1] = (trained_from[-1][0], len(ids))
+            ids += self._ids(text)
         trained = [False] * len(ids)
-        for start in spans:  # the content, then up to its turn's end-of-turn token
-            turn_end = next((k for k in range(start, len(ids)) if ids[k] in self.special),
+        for first, content in trained_from:  # up to its turn's end-of-turn token
+            turn_end = next((k for k in range(content, len(ids)) if ids[k] in self.special),
                             len(ids) - 1)
-            trained[start:turn_end + 1] = [True] * (turn_end + 1 - start)
+            trained[first:turn_end + 1] = [True] * (turn_end + 1 - first)
         return ids, trained
 
-    def _contents(self, messages: list[dict], rendered: str) -> list[tuple[int, int]]:
-        """(start, end) in `rendered` of each assistant turn's content: where the template,
-        given the turns before it and that turn with a placeholder for its content, puts the
-        placeholder. Tokenized apart from the template's text around it: under Qwen2's
-        pre-tokenizer a content starting with "\n" would merge with the header's "\n"."""
-        out = []
-        for i, m in enumerate(messages):
-            if m["role"] != "assistant":
-                continue
-            placeholder = [*messages[:i], {"role": "assistant", "content": _CONTENT}]
-            before, found, _ = self._text(placeholder).partition(_CONTENT)
-            if not found:
-                raise TokenizeError("the chat template does not render an assistant turn's "
-                                    "content, so its tokens cannot be found")
-            if not rendered.startswith(before + m["content"]):
+    def _pieces(self, messages: list[dict]) -> list[tuple[str, str]]:
+        """The conversation as (text, kind) pieces: "context" (the template's text before an
+        assistant turn and between turns), "turn" (what the template generates before a
+        turn's content: Qwen3's `<think>` block, else nothing), "content". Where the template
+        renders earlier turns as a prefix of the whole conversation (Qwen2.5, Llama 3, Gemma,
+        Phi) this is exactly its rendering; where it drops a history turn's reasoning (Qwen3,
+        Qwen3.5) each turn keeps the form it was generated in, as TRL's training templates
+        render it (trl/chat_templates/qwen3_training.jinja: the thinking block always)."""
+        pieces: list[tuple[str, str]] = []
+        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        for n, i in enumerate(turns):
+            alone = self._text([*messages[:i], {**messages[i], "content": _CONTENT}])
+            # A turn with reasoning was generated in thinking mode (Qwen3.5's small models
+            # default to the other); an assistant-first chat has no generation prompt: its turn
+            # starts at the content (a default system prompt before it stays untrained).
+            mode = {"enable_thinking": True} if "reasoning_content" in messages[i] else {}
+            prompt = self._text(messages[:i], add_generation_prompt=True, **mode) if i else \
+                alone.partition(_CONTENT)[0]
+            if n:  # from the previous content's end, as the template renders it in history
+                j = turns[n - 1]
+                held = self._text([*messages[:j], {**messages[j], "content": _CONTENT},
+                                   *messages[j + 1:i]], add_generation_prompt=True, **mode)
+                prefix = held.replace(_CONTENT, messages[j]["content"], 1) == prompt
+                pieces.append((held.partition(_CONTENT)[2], "context"))
+            else:
+                prefix = True
+                pieces.append((prompt, "context"))
+            if not (prefix and alone.startswith(prompt) and _CONTENT in alone[len(prompt):]):
                 raise TokenizeError("the chat template does not render a conversation's first "
-                                    "turns as a prefix of the whole conversation, so its "
-                                    "assistant tokens cannot be found; use prompt/completion "
-                                    "data")
-            out.append((len(before), len(before) + len(m["content"])))
+                                    "turns as a prefix of the conversation with its next "
+                                    "assistant turn, so its assistant tokens cannot be found; "
+                                    "use prompt/completion data")
+            pieces += [(alone[len(prompt):].partition(_CONTENT)[0], "turn"),
+                       (messages[i]["content"], "content")]
+        if not turns:
+            return pieces + [(self._text(messages), "context")]
+        last = turns[-1]
+        whole = self._text([*messages[:last], {**messages[last], "content": _CONTENT},
+                            *messages[last + 1:]])
+        return pieces + [(whole.partition(_CONTENT)[2], "context")]
+
+    def _reasoning_apart(self, messages: Sequence[dict]) -> list[dict]:
+        """Where the template reads `reasoning_content` (Qwen3, Qwen3.5), an assistant content
+        holding a `<think>...</think>` block is split into that reasoning and the rest, as
+        TRL's training templates split it (both tags present); other templates get the content
+        as it is (the block is then text of the answer)."""
+        if "reasoning_content" not in str(self.tok.chat_template):
+            return [dict(m) for m in messages]
+        out = []
+        for m in messages:
+            content = m["content"]
+            if m["role"] == "assistant" and not isinstance(m.get("reasoning_content"), str) \
+                    and "<think>" in content and "</think>" in content:
+                head, _, content = content.rpartition("</think>")
+                m = {**m, "reasoning_content": head.rstrip("\n").split("<think>")[-1]
+                     .lstrip("\n"), "content": content.lstrip("\n")}
+            out.append(dict(m))
         return out
 
     def _guarded(self, messages: Sequence[dict]) -> list[dict]:
@@ -237,7 +277,10 @@ class HFEncoder(Encoder):
             for k, t in sorted(enumerate(self._special_texts), key=lambda kt: -len(kt[1])):
                 text = text.replace(t, f"{_GUARD}{k}{_GUARD}")
             return text
-        return [{**m, "content": guard(i, m["content"])} for i, m in enumerate(messages)]
+        return [{**m, "content": guard(i, m["content"]),
+                 **({"reasoning_content": guard(i, m["reasoning_content"])}
+                    if isinstance(m.get("reasoning_content"), str) else {})}
+                for i, m in enumerate(messages)]
 
 
 def encoder(name: str) -> Encoder:

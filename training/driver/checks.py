@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from training.config import RANDOM_DATA, ConfigError, TrainConfig
+from training.config import ConfigError, TrainConfig
 from training.data import DataError
 from training.data.prepare import tokenizer_name
 from training.data.tokenize import BYTES, Encoder, encoder
@@ -34,11 +33,15 @@ def absolute_paths(cfg: TrainConfig) -> TrainConfig:
 
 
 def check_model(cfg: TrainConfig, tokenizer_vocab: int | None):
-    """The model's shape (a PretrainedConfig), reachable, with --seq-len within its positions;
-    a built-in shape takes the tokenizer's vocabulary (`tokenizer_vocab`, None: random tokens)."""
+    """The model's shape (a PretrainedConfig), reachable, of a supported family
+    (model/families.py), with --seq-len within its positions; a built-in shape takes the tokenizer's vocabulary (`tokenizer_vocab`, None: random tokens)."""
+    from training.model.families import check
     from training.model.model import is_builtin, max_positions, model_config
 
     config = model_config(cfg.model, tokenizer_vocab if is_builtin(cfg.model) else None)
+    _, limits = check(config, cfg.allow_untested_architecture)  # outside the table: refused
+    if limits:
+        print(f"warning: {limits}", flush=True)
     limit = max_positions(config)
     if limit and cfg.seq_len > limit:
         raise ConfigError([f"--seq-len {cfg.seq_len} is beyond the model's {limit} positions "
@@ -47,14 +50,11 @@ def check_model(cfg: TrainConfig, tokenizer_vocab: int | None):
 
 
 def check_data_and_tokenizer(cfg: TrainConfig) -> Encoder:
-    """--data exists and has a tokenizer: --tokenizer (a built-in shape has none of its own),
-    loaded here, so a bad one fails now."""
+    """--data has a tokenizer: --tokenizer (a built-in shape has none of its own), loaded here,
+    so a bad one fails now (that --data exists: driver/early.py, before the heavy imports)."""
     from training.data.hub import offline_reason, offline_unless_reachable
     from training.model.model import is_builtin
 
-    if not _data_exists(cfg.data):
-        raise DataError(f"--data {cfg.data!r}: no such file or directory (or "
-                        f"{' or '.join(RANDOM_DATA)})")
     tok_name = tokenizer_name(cfg)
     offline_unless_reachable([cfg.data, cfg.eval_data, tok_name, cfg.model])
     if is_builtin(tok_name) and tok_name != BYTES:
@@ -85,10 +85,6 @@ def check_room(cfg: TrainConfig, enc: Encoder, data_format: str) -> None:
         raise ConfigError([f"--seq-len {cfg.seq_len} cannot hold a prompt and an answer: the "
                            f"shortest {data_format} row is {need} tokens with tokenizer "
                            f"{tokenizer_name(cfg)!r}; use --seq-len {need} or more"])
-
-
-def _data_exists(uri: str) -> bool:
-    return "://" in uri or Path(uri).exists()
 
 
 def check_resume(cfg: TrainConfig, storage: Storage, data_id: str) -> Resume | None:

@@ -56,9 +56,17 @@ class JobError(RuntimeError):
     """The training run failed; the message is the root cause."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse error is its one line and where the flags are listed: the default prints the
+    whole usage (50 lines of flags) before it."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"error: {message} (`{self.prog} --help` lists every flag)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0],
-                                 epilog=demo_epilog())
+    ap = _Parser(prog="python -m training", description=__doc__.split("\n")[0],
+                 epilog=demo_epilog())
     ap.add_argument("--local", action="store_true", help="local Ray, 2 CPU workers, `tiny` model "
                     "(the defaults of a laptop run; other flags still apply)")
     ap.add_argument("--demo", action="store_true", help="--local, trained on the shipped sample "
@@ -157,6 +165,9 @@ def show_preview(cfg: TrainConfig, count: int) -> int:
     """--preview: the rows as JSON lines on stdout; nothing else runs."""
     import json
 
+    from training.driver import early
+
+    early.check(cfg)  # before torch, transformers and Ray are imported
     from training.data.preview import preview
     from training.driver import checks
 
@@ -167,13 +178,25 @@ def show_preview(cfg: TrainConfig, count: int) -> int:
 
 
 def run(cfg: TrainConfig) -> RunSummary:
-    from training.driver import checks, placement, ray_setup
+    """The run, from its plan to its summary. A run refused before its first step (bad input
+    anywhere until Ray Train starts the workers) leaves no run directory behind."""
+    from training.driver import early
+    from training.storage import removed_on_refusal, resolve
+
+    early.check(cfg)  # before torch, transformers and Ray are imported
+    storage = resolve(cfg.storage_path)
+    with removed_on_refusal(storage, cfg.name):
+        return _run(cfg, storage)
+
+
+def _run(cfg: TrainConfig, storage: Storage) -> RunSummary:
+    from training.driver import checks, placement, ray_setup, run_record
     from training.driver import plan as run_plan
     from training.head import cold_start, node_watch
     from training.run.handoff import WorkerInputs
 
     job_started = time.time()
-    plan, storage = run_plan.build(cfg)  # every check before Ray, in one pass
+    plan, storage = run_plan.build(cfg, storage)  # every check before Ray, in one pass
     cfg, resume = plan.cfg, plan.resume
     done = checks.finished(cfg, storage)
     if done is not None and not _export_only(done, cfg, storage):
@@ -202,6 +225,7 @@ def run(cfg: TrainConfig) -> RunSummary:
         # From the run's start (node boot and image pull included) until every worker is there.
         inputs = WorkerInputs(plan, run_started_at=run_started,
                               waited_for_workers_s=time.time() - run_started)
+        run_record.record(cfg, storage)  # nothing refused it: the settings its checkpoints keep
         # Each node event classified at its notice, while its Node still says why.
         with node_watch.watching(storage.filesystem, storage.run_dir(cfg.name)):
             result = _fit(inputs, storage, use_gpu)
@@ -272,11 +296,12 @@ def _fit(inputs: WorkerInputs, storage: Storage, use_gpu: bool):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2.api.config import LoggingConfig
 
+    from training.driver import ray_setup
     from training.run.loop import train_func
     from training.storage import s3_env
 
     cfg = inputs.plan.cfg
-    trainer = _interruptible_trainer()(
+    trainer = ray_setup.interruptible_trainer()(
         train_func,
         train_loop_config=inputs.as_loop_config(),
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
@@ -299,32 +324,6 @@ def _fit(inputs: WorkerInputs, storage: Storage, use_gpu: bool):
     if trainer.interrupted:
         raise KeyboardInterrupt
     return result
-
-
-def _interruptible_trainer():
-    """TorchTrainer that remembers a Ctrl-C. Its `fit` swaps in a SIGINT handler that aborts the
-    controller and calls sys.exit(0) (ray 2.58 train/v2/api/data_parallel_trainer.py
-    `_register_sigint_handler`), so the run ends with a bare exit status 1 and no word of what
-    was saved; this wraps that handler to record the interrupt first, and `_fit` turns it back
-    into a KeyboardInterrupt that `main` reports."""
-    import signal
-
-    from ray.train.torch import TorchTrainer
-
-    class InterruptibleTrainer(TorchTrainer):
-        interrupted = False
-
-        def _register_sigint_handler(self, controller) -> None:
-            super()._register_sigint_handler(controller)
-            ray_handler = signal.getsignal(signal.SIGINT)
-
-            def on_sigint(signum, frame):
-                self.interrupted = True
-                ray_handler(signum, frame)
-
-            signal.signal(signal.SIGINT, on_sigint)
-
-    return InterruptibleTrainer
 
 
 def _root_cause(e: BaseException) -> str:

@@ -16,23 +16,25 @@ from training.storage import Storage
 GIB = 2**30
 
 
-def build(cfg: TrainConfig) -> tuple[RunPlan, Storage]:
-    """The run's plan (not placed yet) and its storage. Every check that fails here costs no
-    cluster time and leaves nothing in the run directory but what the data wrote."""
+def build(cfg: TrainConfig, storage: Storage | None = None) -> tuple[RunPlan, Storage]:
+    """The run's plan (not placed yet) and its storage (`storage`: resolved already). Every
+    check that fails here costs no cluster time; the settings are recorded (run_record.record)
+    only once nothing refused the run, by the driver."""
     from training.data.prepare import DataPlan, describe
     from training.evals import tasks as evals_tasks
-    from training.model.lora import LoraSpec, count_on_meta
+    from training.model.lora import LoraSpec, count_on_meta, with_family_targets
     from training.storage import check_writable, resolve
 
     cfg = evals_tasks.checked(checks.absolute_paths(cfg))  # an unknown lm-eval task fails here
     enc = None if cfg.data in RANDOM_DATA else checks.check_data_and_tokenizer(cfg)
     model = checks.check_model(cfg, enc.vocab_size() if enc else None)
+    cfg = with_family_targets(cfg, model)
     spec = LoraSpec.from_config(cfg)
     counts = count_on_meta(model, spec)  # LoRA targets the model lacks fail here
     _check_memory(cfg, model, counts, spec)
-    storage = resolve(cfg.storage_path)
+    storage = storage or resolve(cfg.storage_path)
     check_writable(storage)
-    run_record.check_and_record(cfg, storage)  # the same --name, other defining settings
+    run_record.check(cfg, storage)  # the same --name, other defining settings
     data_plan = DataPlan.for_run(cfg, storage)
     data = data_plan.build(model.vocab_size) if data_plan else None
     if data is not None:

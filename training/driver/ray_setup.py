@@ -1,5 +1,6 @@
 """Ray start-up shared by the job (`python -m training`) and the benchmark (`python -m bench`):
-the local Ray's worker environment and start (a worker's rank and device: `training.run.worker`)."""
+the local Ray's worker environment and start (a worker's rank and device: `training.run.worker`),
+and the job's TorchTrainer, which remembers a Ctrl-C."""
 
 from __future__ import annotations
 
@@ -27,3 +28,28 @@ def init_ray(address: str | None) -> None:
     ray.init(num_cpus=(os.cpu_count() or 2) + 2, logging_level=logging.ERROR,
              runtime_env={"env_vars": worker_env()})
 
+
+def interruptible_trainer():
+    """TorchTrainer that remembers a Ctrl-C. Its `fit` swaps in a SIGINT handler that aborts the
+    controller and calls sys.exit(0) (ray 2.58 train/v2/api/data_parallel_trainer.py
+    `_register_sigint_handler`), so the run ends with a bare exit status 1 and no word of what
+    was saved; this wraps that handler to record the interrupt first, and cli._fit turns it back
+    into a KeyboardInterrupt that the driver's `main` reports."""
+    import signal
+
+    from ray.train.torch import TorchTrainer
+
+    class InterruptibleTrainer(TorchTrainer):
+        interrupted = False
+
+        def _register_sigint_handler(self, controller) -> None:
+            super()._register_sigint_handler(controller)
+            ray_handler = signal.getsignal(signal.SIGINT)
+
+            def on_sigint(signum, frame):
+                self.interrupted = True
+                ray_handler(signum, frame)
+
+            signal.signal(signal.SIGINT, on_sigint)
+
+    return InterruptibleTrainer

@@ -31,19 +31,17 @@ def defining(cfg: TrainConfig) -> dict:
     return {key: getattr(cfg, key) for key in DEFINING}
 
 
-def check_and_record(cfg: TrainConfig, storage: Storage) -> None:
+def check(cfg: TrainConfig, storage: Storage) -> None:
     """Refuse settings that differ from those the run's checkpoints were saved with; a run
     without a checkpoint yet (new, or stopped before its first save) starts over under these
-    settings and records them."""
+    settings."""
     from training.run.checkpoint import latest
     from training.run.run_files import RunFiles
 
     run_dir = storage.run_dir(cfg.name)
-    files = RunFiles(storage.filesystem, run_dir)
     if latest(storage.filesystem, run_dir, None) is None:
-        files.write_json(RECORD_FILE, defining(cfg))
         return
-    saved = files.read_json(RECORD_FILE)
+    saved = RunFiles(storage.filesystem, run_dir).read_json(RECORD_FILE)
     if saved is None:  # written before runs recorded their settings: the workers check them
         return
     ours = defining(cfg)
@@ -53,6 +51,18 @@ def check_and_record(cfg: TrainConfig, storage: Storage) -> None:
             f"run {cfg.name!r} ({storage.display(run_dir)}) was trained with "
             f"{_flags(saved, differs)}, this run asks {_flags(ours, differs)}: rerun with its "
             f"settings to continue it, or start a new run with --name {suggest(cfg, differs)}")
+
+
+def record(cfg: TrainConfig, storage: Storage) -> None:
+    """Record the settings of a run about to train that has no checkpoint yet (one that has was
+    checked against them); the driver calls it once nothing refused the run, so a refused run
+    writes nothing."""
+    from training.run.checkpoint import latest
+    from training.run.run_files import RunFiles
+
+    run_dir = storage.run_dir(cfg.name)
+    if latest(storage.filesystem, run_dir, None) is None:
+        RunFiles(storage.filesystem, run_dir).write_json(RECORD_FILE, defining(cfg))
 
 
 def suggest(cfg: TrainConfig, differs: list[str]) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Mapping
 
 from training.head.kube_api import KubeAPI, KubeAPIError
 from training.run.node_notices import EVENTS_DIR
@@ -40,6 +41,9 @@ from training.run.node_notices import EVENTS_DIR
 REPAIR_CONDITIONS = ("AcceleratedHardwareReady", "ContainerRuntimeReady", "KernelReady",
                      "NetworkingReady", "StorageReady")
 CAPACITY_LABEL = "eks.amazonaws.com/capacityType"
+# How long after a notice the watch keeps trying a node it cannot read or recall (a repair
+# deletes it within minutes of its drain; a busy API answers within seconds).
+SETTLE_S = 60.0
 KUBE_TIMEOUT_S = 3.0  # per node: a slow API only costs the reason, never the run or its summary
 REASON_SUFFIX = ".reason.json"  # beside each record: its reason, written when it was classified
 
@@ -57,21 +61,36 @@ def node_reason(node: dict) -> tuple[str, str | None]:
     return "drained", None
 
 
-def classify(kube_nodes: tuple[str, ...], api: KubeAPI | None) -> tuple[str, str | None]:
+Reason = tuple[str, "str | None"]
+
+
+def classify(kube_nodes: tuple[str, ...], api: KubeAPI | None,
+             known: Mapping[str, Reason] | None = None) -> Reason:
     """The first telling reason among the nodes; "drained" without the API or on any error."""
+    return classified(kube_nodes, api, known)[0]
+
+
+def classified(kube_nodes: tuple[str, ...], api: KubeAPI | None,
+               known: Mapping[str, Reason] | None = None) -> tuple[Reason, bool]:
+    """(reason, settled). A node that cannot be read now (deleted by a Replace right after
+    the notice, a read that timed out on a busy API) takes its reason from `known`, what the
+    watch saw of it before (NodeWatch); without one the reason is "drained" and not settled:
+    the watch tries again on its next poll instead of writing it down."""
     if api is None:
-        return "drained", "no Kubernetes API here"
-    found = ("drained", None)
+        return ("drained", "no Kubernetes API here"), True
+    found: Reason = ("drained", None)
+    settled = True
     for name in kube_nodes:
         try:
             reason = node_reason(api.node(name))
         except (KubeAPIError, KeyError, TypeError) as e:
-            reason = ("drained", f"node {name}: {e}")
+            reason = (known or {}).get(name) or ("drained", f"node {name}: {e}")
+            settled = settled and name in (known or {})
         if reason[0] == "repair":
-            return reason
+            return reason, True
         if reason[0] == "spot-reclaim":
             found = reason
-    return found
+    return found, settled
 
 
 def head_api() -> KubeAPI | None:
@@ -103,20 +122,29 @@ def _reason_path(record_path: str) -> str:
     return record_path.removesuffix(".json") + REASON_SUFFIX
 
 
-def _classified(record: dict, api: KubeAPI | None) -> dict:
-    reason, detail = classify(tuple(record["kube_nodes"]), api)
-    return {"reason": reason, "detail": detail, "classified_at": time.time()}
+def _classified(record: dict, api: KubeAPI | None,
+                known: Mapping[str, Reason] | None = None) -> tuple[dict, bool]:
+    (reason, detail), settled = classified(tuple(record["kube_nodes"]), api, known)
+    return {"reason": reason, "detail": detail, "classified_at": time.time()}, settled
 
 
-def classify_new(fs, run_dir: str, api: KubeAPI | None) -> int:
+def classify_new(fs, run_dir: str, api: KubeAPI | None,
+                 known: Mapping[str, Reason] | None = None, settle_s: float | None = None) -> int:
     """Classify every record that has no reason yet and write its reason beside it, so it
-    stays what the Node showed at the time; returns how many were classified."""
+    stays what the Node showed at the time; returns how many were classified. A record whose
+    nodes cannot be read or recalled now is left for the next call, up to `settle_s` after
+    its notice (then "drained", with the error)."""
+    settle_s = SETTLE_S if settle_s is None else settle_s
     records, reasons = _listing(fs, run_dir)
-    new = [p for p in records if _reason_path(p) not in reasons]
-    for path in new:
+    written = 0
+    for path in (p for p in records if _reason_path(p) not in reasons):
+        result, settled = _classified(records[path], api, known)
+        if not settled and time.time() - records[path]["time"] < settle_s:
+            continue
         with fs.open_output_stream(_reason_path(path)) as f:
-            f.write(json.dumps(_classified(records[path], api)).encode())
-    return len(new)
+            f.write(json.dumps(result).encode())
+        written += 1
+    return written
 
 
 def read_all(fs, run_dir: str, api: KubeAPI | None = None) -> list[dict]:
@@ -130,6 +158,6 @@ def read_all(fs, run_dir: str, api: KubeAPI | None = None) -> list[dict]:
             record.update(_read_json(fs, _reason_path(path)))
         else:
             api = api or head_api()
-            record.update(_classified(record, api))
+            record.update(_classified(record, api)[0])
         events.append(record)
     return sorted(events, key=lambda e: e["time"])

@@ -11,7 +11,12 @@ its emergency checkpoint, then a worker records the event. The head is where the
 service account, workloads/rbac.py); the workers never need them.
 
 A daemon thread polls <run>/node-events/ every POLL_S seconds and writes each new record's
-reason beside it (head/node_events.py classify_new). It can never fail the run: any error is
+reason beside it (head/node_events.py classify_new). So that a repair is a repair even when its
+Node is deleted right after the notice, or the poll comes late on a busy head, the thread also
+reads, on each poll from the run's start, the Node of every worker pod of the run's Ray cluster
+(RAY_CLUSTER_NAME in RAY_CLUSTER_NAMESPACE, which KubeRay sets in the head) and keeps what it
+last showed; a node it cannot read at classification is judged by that, and one it neither
+reads nor recalls is tried again on the next poll (node_events.SETTLE_S). It can never fail the run: any error is
 printed once and the next poll tries again; it is stopped (and joined, briefly) after fit, and
 records it missed are classified by the summary as before. Without a Kubernetes API (a laptop
 run) there is nothing to ask and no thread starts.
@@ -20,11 +25,13 @@ run) there is nothing to ask and no thread starts.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from training.head import node_events
-from training.head.kube_api import KubeAPI
+from training.head.cold_start import CLUSTER_ENV, NAMESPACE_ENV, WORKER_SELECTOR
+from training.head.kube_api import KubeAPI, KubeAPIError
 
 POLL_S = 2.0
 JOIN_S = 5.0  # after fit: at most this long for a poll in flight (its API reads time out at 3 s)
@@ -33,9 +40,13 @@ JOIN_S = 5.0  # after fit: at most this long for a poll in flight (its API reads
 class NodeWatch(threading.Thread):
     """Classifies the run's new node events every `poll_s` until stopped."""
 
-    def __init__(self, fs, run_dir: str, api: KubeAPI, poll_s: float = POLL_S):
+    def __init__(self, fs, run_dir: str, api: KubeAPI, poll_s: float = POLL_S,
+                 cluster: tuple[str, str] | None = None):
+        """`cluster`: (namespace, RayCluster name) whose workers' nodes are watched."""
         super().__init__(name="node-events", daemon=True)
         self.fs, self.run_dir, self.api, self.poll_s = fs, run_dir, api, poll_s
+        self.cluster = cluster
+        self.known: dict[str, node_events.Reason] = {}  # node -> what it last showed
         self.stopped = threading.Event()
         self.classified = 0
         self._said: set[str] = set()
@@ -47,24 +58,45 @@ class NodeWatch(threading.Thread):
     def sweep(self) -> None:
         """One look; never raises."""
         try:
-            self.classified += node_events.classify_new(self.fs, self.run_dir, self.api)
+            self.remember()
+        except KubeAPIError as e:  # the pods cannot be listed: classify at the notice only
+            self._warn(f"nodes not watched now ({e})")
+        try:
+            self.classified += node_events.classify_new(self.fs, self.run_dir, self.api,
+                                                        self.known)
         except Exception as e:  # noqa: BLE001 - the run must go on; the summary classifies later
-            if str(e) not in self._said:
-                self._said.add(str(e))
-                print(f"WARNING: node events not classified now ({e}); the summary will",
-                      flush=True)
+            self._warn(f"node events not classified now ({e}); the summary will")
+
+    def remember(self) -> None:
+        """What each worker's Node shows now; a node that cannot be read keeps what it showed."""
+        if self.cluster is None:
+            return
+        namespace, name = self.cluster
+        pods = self.api.pods(namespace, WORKER_SELECTOR.format(cluster=name))
+        for node in {p.get("spec", {}).get("nodeName") for p in pods} - {None}:
+            try:
+                self.known[node] = node_events.node_reason(self.api.node(node))
+            except KubeAPIError:
+                continue
+
+    def _warn(self, text: str) -> None:
+        if text not in self._said:
+            self._said.add(text)
+            print(f"WARNING: {text}", flush=True)
 
 
 @contextlib.contextmanager
-def watching(fs, run_dir: str, api: KubeAPI | None = None,
-             poll_s: float = POLL_S) -> Iterator[NodeWatch | None]:
-    """A NodeWatch for the block's duration (the in-cluster API by default); None and no
-    thread without an API."""
+def watching(fs, run_dir: str, api: KubeAPI | None = None, poll_s: float = POLL_S,
+             env: Mapping[str, str] = os.environ) -> Iterator[NodeWatch | None]:
+    """A NodeWatch for the block's duration (the in-cluster API by default, the Ray cluster of
+    `env`); None and no thread without an API."""
     api = api or node_events.head_api()
     if api is None:
         yield None
         return
-    watch = NodeWatch(fs, run_dir, api, poll_s)
+    cluster = (env.get(NAMESPACE_ENV, "default"), env[CLUSTER_ENV]) if env.get(CLUSTER_ENV) \
+        else None
+    watch = NodeWatch(fs, run_dir, api, poll_s, cluster)
     watch.start()
     try:
         yield watch

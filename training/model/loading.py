@@ -56,6 +56,11 @@ def is_directory(spec: str) -> bool:
     return is_s3(spec) or os.path.isdir(spec)
 
 
+def looks_like_path(spec: str) -> bool:
+    """A --model written as a path (`./x`, `/x`, `~/x`, `a/b/c`), not a Hub `org/name`."""
+    return spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") != 1
+
+
 def _s3(uri: str) -> tuple[pafs.FileSystem, str]:
     """The run's own S3 credentials (Pod Identity on EKS; AWS_ENDPOINT_URL for test servers)."""
     from training.storage import StorageError, resolve

@@ -66,6 +66,22 @@ class LoraSpec:
                           base_model_name_or_path=base_name)
 
 
+def with_family_targets(cfg, config):
+    """`cfg` with the model family's own LoRA targets (model/families.py) where
+    --lora-target-modules was left at the default and the family names its projections
+    otherwise (Phi-3's fused `qkv_proj`/`gate_up_proj`, Qwen3.5's linear-attention
+    projections); the workers build their adapters from the returned settings."""
+    import dataclasses
+
+    from training.config import LORA_TARGETS
+    from training.model.families import lora_targets
+
+    targets = lora_targets(config)
+    if not cfg.lora_rank or cfg.lora_target_modules != LORA_TARGETS or targets is None:
+        return cfg
+    return dataclasses.replace(cfg, lora_target_modules=",".join(targets))
+
+
 def target_names(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 

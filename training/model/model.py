@@ -1,4 +1,4 @@
-"""Model construction: built-in random-init Qwen2 shapes or Hugging Face checkpoints.
+"""Model construction: built-in random-init shapes (Qwen2.5, Llama 3.1, Qwen3, Gemma 3, Ministral) or Hugging Face checkpoints.
 
 Single-device code with no knowledge of parallelism (`parallelize.py` shards it). The model is
 wrapped in `CausalLMWithLoss` so that the LM head and the loss run inside the FSDP root module's
@@ -7,7 +7,6 @@ forward: the root group (embeddings, final norm, tied LM head) is gathered by FS
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -15,11 +14,13 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
 from training.errors import first_line
-from training.model.loading import ModelError, check_model_dir, is_s3, local_dir
+from training.model.loading import ModelError, check_model_dir, is_s3, local_dir, looks_like_path
 from training.model.loss import fused_linear_cross_entropy, label_count
 
-# Qwen2.5 shapes from the published configs (Qwen/Qwen2.5-{0.5B,1.5B,7B} config.json); `tiny` keeps the
-# architecture (GQA, tied embeddings, RMSNorm, SwiGLU) at a size that trains on a laptop CPU.
+# Random-init shapes from the published configs, for planning and benchmarking without weights.
+# Qwen2.5: Qwen/Qwen2.5-{0.5B,1.5B,7B} config.json; `tiny` keeps the architecture (GQA, tied
+# embeddings, RMSNorm, SwiGLU) at a size that trains on a laptop CPU. A shape without a
+# `model_type` is Qwen2 with tied embeddings.
 BUILTIN_SHAPES: dict[str, dict] = {
     "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=1024),
@@ -35,6 +36,32 @@ BUILTIN_SHAPES: dict[str, dict] = {
                        num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
                        max_position_embeddings=131072, rope_theta=1000000.0, rms_norm_eps=1e-6,
                        tie_word_embeddings=False),
+    # meta-llama/Llama-3.1-8B config.json (its llama3 RoPE scaling left out: no effect on
+    # memory or speed).
+    "llama3.1-8b": dict(model_type="llama", hidden_size=4096, intermediate_size=14336,
+                        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                        vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                        rope_theta=500000.0, tie_word_embeddings=False),
+    # Qwen/Qwen3-8B config.json: head_dim 128 (not hidden / heads), QK-norm.
+    "qwen3-8b": dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288,
+                     num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                     head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+                     rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False),
+    # google/gemma-3-12b-pt config.json's text_config (the text decoder of the multimodal
+    # checkpoint): head_dim 256, a 1,024-token window on 5 of every 6 layers, tied embeddings.
+    "gemma3-12b": dict(model_type="gemma3_text", hidden_size=3840, intermediate_size=15360,
+                       num_hidden_layers=48, num_attention_heads=16, num_key_value_heads=8,
+                       head_dim=256, vocab_size=262208, max_position_embeddings=131072,
+                       sliding_window=1024, query_pre_attn_scalar=256, rms_norm_eps=1e-6),
+    # mistralai/Ministral-8B-Instruct-2410 (its model card's architecture table: 36 layers,
+    # dim 4096, hidden 12288, 32 heads, 8 KV heads, head dim 128, vocabulary 131,072; windows
+    # of 32k on three of every four layers).
+    "ministral-8b": dict(model_type="ministral", hidden_size=4096, intermediate_size=12288,
+                         num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                         head_dim=128, vocab_size=131072, max_position_embeddings=131072,
+                         sliding_window=32768, rope_theta=100000000.0, rms_norm_eps=1e-5,
+                         layer_types=["sliding_attention" if i % 4 else "full_attention"
+                                      for i in range(36)]),
 }
 
 
@@ -48,11 +75,13 @@ def model_config(spec: str, vocab_size: int | None = None) -> PretrainedConfig:
         shape = dict(BUILTIN_SHAPES[spec])
         if vocab_size:
             shape["vocab_size"] = vocab_size
-        config = Qwen2Config(**{"tie_word_embeddings": True, **shape})
+        model_type = shape.pop("model_type", None)
+        config = (AutoConfig.for_model(model_type, **shape) if model_type else
+                  Qwen2Config(**{"tie_word_embeddings": True, **shape}))
     else:
         if is_s3(spec) or Path(spec).is_dir():
             check_model_dir(spec)
-        elif _looks_like_path(spec):
+        elif looks_like_path(spec):
             raise ModelError(f"--model {spec!r}: no such model directory")
         try:
             config = AutoConfig.from_pretrained(local_dir(spec))
@@ -153,6 +182,3 @@ class CausalLMWithLoss(nn.Module):
                                           labels.flatten(), self.loss_chunk_tokens,
                                           self.compile_loss, normalizer)
 
-
-def _looks_like_path(spec: str) -> bool:
-    return spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") != 1

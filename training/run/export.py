@@ -76,21 +76,34 @@ def tokenizer_for(cfg: TrainConfig):
 V5_ONLY_CLASS, PORTABLE_CLASS = "TokenizersBackend", "PreTrainedTokenizerFast"
 
 
-def portable_tokenizer_config(directory: str, source: str) -> None:
-    """Name the tokenizer class in `directory`'s tokenizer_config.json so transformers 4.x loads
-    it as 5 does: the source tokenizer's own class (Qwen2Tokenizer for Qwen2.5; both versions map
-    it to their tokenizer.json-backed class), else PreTrainedTokenizerFast (the built-in bytes
-    tokenizer, a source that names none), which 5 keeps as an alias of TokenizersBackend."""
+def portable_tokenizer_config(directory: str, source: str, inputs: list[str] | None = None) -> None:
+    """Make `directory`'s tokenizer_config.json say, for transformers 4.x as for 5, which class
+    to load and which inputs the model takes. The class: the source tokenizer's own
+    (Qwen2Tokenizer for Qwen2.5; both versions map it to their tokenizer.json-backed class), else
+    PreTrainedTokenizerFast (the built-in bytes tokenizer, a source that names none), which 5
+    keeps as an alias of TokenizersBackend. The inputs (`model_input_names`): 4.57's
+    PreTrainedTokenizerFast returns `token_type_ids` unless told otherwise, and `generate` then
+    refuses them ("model_kwargs are not used by the model")."""
     import json
     from pathlib import Path
 
     path = Path(directory, "tokenizer_config.json")
     written = json.loads(path.read_text())
-    if written.get("tokenizer_class") != V5_ONLY_CLASS:
-        return
-    own = None if source == BYTES else _source_tokenizer_class(source)
-    written["tokenizer_class"] = own if own and own != V5_ONLY_CLASS else PORTABLE_CLASS
+    if inputs is not None:
+        written["model_input_names"] = inputs
+    if written.get("tokenizer_class") == V5_ONLY_CLASS:
+        own = None if source == BYTES else _source_tokenizer_class(source)
+        written["tokenizer_class"] = own if own and own != V5_ONLY_CLASS else PORTABLE_CLASS
     path.write_text(json.dumps(written, indent=2, ensure_ascii=False) + "\n")
+
+
+def model_inputs(lm, tokenizer) -> list[str]:
+    """The tokenizer's outputs that the model's forward takes by name (a causal LM: input_ids
+    and attention_mask, never token_type_ids)."""
+    import inspect
+
+    accepted = inspect.signature(lm.forward).parameters
+    return [name for name in tokenizer.model_input_names if name in accepted]
 
 
 def _source_tokenizer_class(source: str) -> str | None:
@@ -163,7 +176,7 @@ def write_model_dir(directory: str, lm, state: dict, cfg: TrainConfig) -> None:
     _generation_config(cfg, config, tokenizer).save_pretrained(directory)
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
-        portable_tokenizer_config(directory, _tokenizer_name(cfg))
+        portable_tokenizer_config(directory, _tokenizer_name(cfg), model_inputs(lm, tokenizer))
 
 
 def _export_adapter(spec: lora.LoraSpec, full: dict, cfg: TrainConfig, files: RunFiles) -> None:

@@ -23,7 +23,7 @@ def test_the_readmes_preview_with_the_hub_unreachable_is_one_line(tmp_path):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr  # no "Retrying in 4s [Retry 3/5]" lines
-    assert lines[0].startswith("error: --tokenizer 'Qwen/Qwen2.5-1.5B': cannot load it")
+    assert lines[0].startswith("error: --data 'hf://trl-lib/Capybara': cannot fetch it")
     assert "is unreachable" in lines[0] and "the local cache has no copy" in lines[0]
 
 

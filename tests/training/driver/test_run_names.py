@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from training.driver import cli, plan as run_plan
+from training.driver import cli, plan as run_plan, run_record
 from training.run.checkpoint import MARKER, dir_name
 
 
@@ -68,13 +68,12 @@ def test_a_second_dataset_is_a_new_run_not_a_refusal(tmp_path, no_ray):
     flags = ["--local", "--storage-path", str(tmp_path / "runs"), "--tokenizer", "bytes",
              "--seq-len", "64"]
     first = cli.parse([*flags, "--data", str(SHIPPED)])
-    run_plan.build(first)  # records run.json
+    run_record.record(first, run_plan.build(first)[1])  # as the driver does before Ray Train
     saved = tmp_path / "runs" / first.name / dir_name(10)
     saved.mkdir(parents=True)
     (saved / MARKER).write_text("")
     second = cli.parse([*flags, "--data", str(other)])
     plan, _ = run_plan.build(second)  # no refusal: a run of its own
     assert second.name != first.name and plan.resume is None
-    assert (tmp_path / "runs" / second.name / "run.json").exists()
     with pytest.raises(ValueError, match=f"run {first.name!r} .* was trained with --data"):
         run_plan.build(cli.parse([*flags, "--data", str(other), "--name", first.name]))

@@ -14,7 +14,8 @@ def _saved_run(tmp_path, *flags: str) -> TrainConfig:
     """A run with a complete checkpoint at step 10, recorded as the driver records it."""
     cfg = cli.parse(["--demo", "--storage-path", str(tmp_path / "runs"), *flags])
     storage = resolve(cfg.storage_path)
-    run_record.check_and_record(cfg, storage)
+    run_record.check(cfg, storage)
+    run_record.record(cfg, storage)
     ckpt = tmp_path / "runs" / cfg.name / dir_name(10)
     ckpt.mkdir(parents=True)
     (ckpt / MARKER).write_text("")
@@ -36,10 +37,10 @@ def test_a_lora_rank_on_a_finished_full_fine_tune_is_one_line_before_ray(tmp_pat
 def test_other_data_is_named_in_words_and_more_steps_are_not_a_difference(tmp_path):
     cfg = _saved_run(tmp_path)
     storage = resolve(cfg.storage_path)
-    run_record.check_and_record(TrainConfig(**{**cfg.to_dict(), "steps": 70}), storage)
+    run_record.check(TrainConfig(**{**cfg.to_dict(), "steps": 70}), storage)
     other = TrainConfig(**{**cfg.to_dict(), "data": "/data/other.jsonl"})
     try:
-        run_record.check_and_record(other, storage)
+        run_record.check(other, storage)
     except run_record.OtherRunError as e:
         assert f'--data "{cfg.data}", this run asks --data "/data/other.jsonl"' in str(e)
         assert "--name demo-data-other.jsonl" in str(e)
@@ -50,9 +51,10 @@ def test_other_data_is_named_in_words_and_more_steps_are_not_a_difference(tmp_pa
 def test_a_run_without_a_checkpoint_starts_over_under_new_settings(tmp_path):
     cfg = cli.parse(["--demo", "--storage-path", str(tmp_path / "runs")])
     storage = resolve(cfg.storage_path)
-    run_record.check_and_record(cfg, storage)
+    run_record.record(cfg, storage)
     lora = TrainConfig(**{**cfg.to_dict(), "lora_rank": 8})
-    run_record.check_and_record(lora, storage)  # nothing saved yet: no refusal
+    run_record.check(lora, storage)  # nothing saved yet: no refusal
+    run_record.record(lora, storage)
     assert '"lora_rank": 8' in (tmp_path / "runs/demo/run.json").read_text()
 
 
@@ -62,7 +64,7 @@ def test_another_held_out_fraction_is_named_not_two_data_hashes(tmp_path):
     cfg = _saved_run(tmp_path)
     other = TrainConfig(**{**cfg.to_dict(), "eval_fraction": 0.2})
     try:
-        run_record.check_and_record(other, resolve(cfg.storage_path))
+        run_record.check(other, resolve(cfg.storage_path))
     except run_record.OtherRunError as e:
         assert "--eval-fraction 0.05, this run asks --eval-fraction 0.2" in str(e)
     else:

@@ -1,18 +1,23 @@
 """The exported model directory loads under transformers 5 (this environment) and 4.x (a separate
 virtualenv, TF4_PYTHON, default /tmp/tf457/bin/python, with transformers 4.57 and torch): the
-same token ids from AutoTokenizer, the same logits from AutoModelForCausalLM."""
+same token ids from AutoTokenizer, the same logits from AutoModelForCausalLM; and
+docs/using-the-model.md's snippets run on it as written, on 5 always and on 4.57 where that
+virtualenv exists (CI has none: installing a second torch would slow it), with the export's
+files checked for what 4.57's classes read instead."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import SHARED
+from tests.conftest import REPO, SHARED
 from training.config import TrainConfig
 from training.model.model import model_config
 from training.run import export
@@ -104,3 +109,48 @@ def test_transformers_4_57_loads_the_export_as_5_does(bytes_export):
     assert theirs["ids"] == ours["ids"]
     torch.testing.assert_close(torch.tensor(theirs["logits"]), ours["logits"],
                                rtol=1e-4, atol=1e-4)
+
+
+def snippets() -> list[str]:
+    """The `python -c "..."` programs of docs/using-the-model.md, as a reader copies them."""
+    text = (REPO / "docs/using-the-model.md").read_text()
+    found = re.findall(r'^python -c "(.*?)"$', text, flags=re.S | re.M)
+    assert len(found) == 2, found
+    return found
+
+
+def _run_snippets(python: str, export_dir: Path, tmp_path: Path) -> list[str]:
+    """Each snippet's output, run from a directory where `./my-model` is the export."""
+    (tmp_path / "my-model").symlink_to(export_dir)
+    out = []
+    for code in snippets():
+        done = subprocess.run([python, "-c", code], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        out.append(done.stdout)
+    return out
+
+
+def test_the_docs_snippets_run_on_transformers_5(bytes_export, tmp_path):
+    plain, chat = _run_snippets(sys.executable, bytes_export, tmp_path)
+    assert plain.startswith("Hello")  # the prompt, then what the model made of it
+    assert "<|user|>" not in chat  # the answer alone, not the prompt
+
+
+def test_the_export_says_what_transformers_4_57_reads(bytes_export):
+    """What 4.57's classes read from the files: a tokenizer class it has, the inputs the model
+    takes (its PreTrainedTokenizerFast defaults to token_type_ids too, which generate refuses),
+    and the dtype `dtype='auto'` loads."""
+    from transformers import AutoModelForCausalLM
+
+    written = json.loads((bytes_export / "tokenizer_config.json").read_text())
+    assert written["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert written["model_input_names"] == ["input_ids", "attention_mask"]
+    assert json.loads((bytes_export / "config.json").read_text())["dtype"] == "bfloat16"
+    assert AutoModelForCausalLM.from_pretrained(bytes_export, dtype="auto").dtype == \
+        torch.bfloat16
+
+
+def test_the_docs_snippets_run_on_transformers_4_57(bytes_export, tmp_path):
+    plain, chat = _run_snippets(_tf4(), bytes_export, tmp_path)
+    assert plain.startswith("Hello") and "<|user|>" not in chat

@@ -33,7 +33,8 @@ from training.run.checkpoint import MARKER, dir_name
 
 RAY = str(Path(sys.executable).parent / "ray")
 TAG = "EKS_RAY_TRAIN_TEST_CLUSTER"  # in every process of the cluster: how teardown finds them
-NOTICE_S = 25  # the first drain's deadline: > RESTART_MARGIN_S + a notice + a tiny save
+NOTICE_S = 60  # the first drain's deadline: > RESTART_MARGIN_S + a notice + a save on a loaded
+# machine; no slower when quiet: once saved, the run brings the deadline to now (preemption.py)
 SIGTERM_DRAIN_S = 15  # the second's (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S): its save stalls
 JOB = ["--model", "tiny", "--num-workers", "2", "--no-use-gpu", "--steps", "10",
        "--checkpoint-every", "2", "--log-every", "1", "--seq-len", "32", "--max-failures", "0"]
@@ -134,7 +135,9 @@ def cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def wait_for(path: Path, job: subprocess.Popen, timeout_s: float = 180) -> Path:
+def wait_for(path: Path, job: subprocess.Popen, timeout_s: float = 900) -> Path:
+    """`path`, once the job wrote it; the job ending first fails at once. The time limit only
+    stops a job that hangs: on two cores beside two busy loops, step 3 came after 180 s."""
     deadline = time.time() + timeout_s
     while not path.exists():
         if job.poll() is not None:
@@ -145,7 +148,7 @@ def wait_for(path: Path, job: subprocess.Popen, timeout_s: float = 180) -> Path:
     return path
 
 
-def finish(job: subprocess.Popen, timeout_s: float = 400) -> tuple[dict, str]:
+def finish(job: subprocess.Popen, timeout_s: float = 900) -> tuple[dict, str]:
     """The job's summary (its last JSON line) and its output."""
     try:
         out, _ = job.communicate(timeout=timeout_s)
@@ -175,7 +178,7 @@ def test_a_run_preempted_twice_saves_resumes_and_ends_as_an_uninterrupted_one(cl
     held = wait_for(run / "test-hooks/held-at-step-3", job).read_text().strip()
     # Step 2's asynchronous save is marked complete while training waits at step 3, before the
     # next save begins: a kill now would resume from step 2.
-    wait_for(run / dir_name(2) / MARKER, job, timeout_s=60)
+    wait_for(run / dir_name(2) / MARKER, job)
     cluster.add_node()  # the replacement for the node about to go
     cluster.drain(held, NOTICE_S)
     # The second attempt runs on the replacement; its step-6 upload never finishes.

@@ -17,7 +17,7 @@ def test_a_preemption_while_the_model_loads_resumes_without_touching_max_failure
     storage = tmp_path / "runs"
     node = cluster.procs[-1]  # the one worker node: the run's two workers go there
     job = cluster.job(storage, "loading", "--hold-at-step", "0", "--steps", "2")
-    wait_for(storage / "loading/test-hooks/held-at-step-0", job, timeout_s=400)  # Ray starts
+    wait_for(storage / "loading/test-hooks/held-at-step-0", job)  # Ray starts first
     cluster.add_node()  # the replacement
     node.send_signal(signal.SIGTERM)  # drains for RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, then kills
     s, out = finish(job)  # --max-failures 0 (test_preemption.JOB): a failure would end the run
