@@ -37,6 +37,7 @@ from training.run.run_files import RunFiles
 
 EXPORT_DIR, MARKER = "hf_model", "COMPLETE"
 ADAPTER_DIR = "hf_adapter"  # LoRA runs: the adapters alone (training/model/lora.py)
+BASE_DIR = "hf_base"  # LoRA on a built-in shape: its random-init base, the adapter's base
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 EOS = BYTES_EOS_TEXT
 
@@ -154,7 +155,7 @@ def export(engine: Engine, cfg: TrainConfig, files: RunFiles | None) -> str | No
     aliases = tied_aliases(engine.model)
     full = {k.removeprefix("lm."): v for k, v in full.items() if k not in aliases}
     if engine.lora is not None:  # the adapters as PEFT writes them, and the merged model
-        _export_adapter(engine.lora, full, cfg, files)
+        _export_adapter(engine.lora, full, cfg, files, engine.model.lm)
         full = lora.merged_state(full, engine.lora, dtype)  # merged in fp32, cast per tensor
     state = {k: v.to(dtype) for k, v in full.items()}
     del full
@@ -179,10 +180,21 @@ def write_model_dir(directory: str, lm, state: dict, cfg: TrainConfig) -> None:
         portable_tokenizer_config(directory, _tokenizer_name(cfg), model_inputs(lm, tokenizer))
 
 
-def _export_adapter(spec: lora.LoraSpec, full: dict, cfg: TrainConfig, files: RunFiles) -> None:
+def _export_adapter(spec: lora.LoraSpec, full: dict, cfg: TrainConfig, files: RunFiles,
+                    lm) -> None:
     """`<run directory>/hf_adapter/`: the fp32 adapters in PEFT's format, for
-    `PeftModel.from_pretrained(<the base --model>, path)`; COMPLETE last, as the model's."""
+    `PeftModel.from_pretrained(<the base --model>, path)`; COMPLETE last, as the model's. A
+    built-in shape's base exists nowhere else (its random init from --seed): it is written to
+    `<run directory>/hf_base/`, which the adapter's `base_model_name_or_path` names."""
+    base_name = None if is_builtin(cfg.model) else cfg.model
+    if is_builtin(cfg.model):
+        untrained = {k: torch.zeros_like(v) if lora.is_adapter(k) else v for k, v in full.items()}
+        dtype = DTYPES[cfg.export_dtype]
+        state = {k: v.to(dtype) for k, v in lora.merged_state(untrained, spec, dtype).items()}
+        with tempfile.TemporaryDirectory(prefix="export-base-") as d:
+            write_model_dir(d, lm, state, cfg)
+            files.publish(d, BASE_DIR, MARKER)
+        base_name = files.uri(BASE_DIR)
     with tempfile.TemporaryDirectory(prefix="export-adapter-") as d:
-        lora.write_adapter(d, lora.adapter_state(full, torch.float32), spec,
-                           None if is_builtin(cfg.model) else cfg.model)
+        lora.write_adapter(d, lora.adapter_state(full, torch.float32), spec, base_name)
         files.publish(d, ADAPTER_DIR, MARKER)

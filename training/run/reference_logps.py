@@ -29,6 +29,7 @@ from training.data.preference import PairSamples
 from training.model.dpo import DpoObjective, PairStats, answer_logps, eval_mode
 from training.step.engine import Engine
 from training.step.memory import BatchPlan
+from training.step.metrics import input_embedding
 
 
 def table_name(cfg: TrainConfig, file: str) -> str:
@@ -108,8 +109,10 @@ def setup(cfg: TrainConfig, engine: Engine, data: PreparedData, fs: pafs.FileSys
           batch: BatchPlan, rank: int, world: int, fresh: bool):
     """(batch_at, evaluator) of a DPO attempt; sets the engine's objective."""
     size, full = batch.micro_batch_size, engine.lora is None
-    if not full:  # MFU counts the reference's forward (2 FLOPs a parameter and token) too
-        engine.flops_per_token += 2.0 * engine.num_params
+    if not full:  # MFU counts the reference's forward (2 FLOPs a weight and token) too, the
+        # input embedding left out as in flops_per_token
+        engine.flops_per_token += 2.0 * (engine.num_params
+                                         - input_embedding(engine.model.lm.config))
 
     def table(directory: str, file: str, key: str) -> np.ndarray | None:
         return reference_table(engine, fs, directory, file, key, cfg, size, rank, world,

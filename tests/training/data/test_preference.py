@@ -192,3 +192,12 @@ def test_preview_shows_both_answers_and_what_trains(tmp_path):
 def test_bad_dpo_settings_are_refused(settings, flag):
     with pytest.raises(ConfigError, match=flag):
         TrainConfig(**settings).validated()
+
+
+def test_the_dpo_demo_trains_on_the_shipped_pairs_its_generator_writes():
+    from training.data.synthetic import PAIRS, examples, preference_pairs, render
+    from training.driver import cli
+
+    cfg, _ = cli.parse_args(["--demo", "--objective", "dpo"])
+    assert cfg.data == str(PAIRS) and cfg.eval_fraction == 0.05
+    assert PAIRS.read_text() == render(preference_pairs(examples()))

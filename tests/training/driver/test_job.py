@@ -179,6 +179,15 @@ def test_lora_learns_resumes_after_a_killed_worker_and_exports_adapter_and_merge
     for name in (export.EXPORT_DIR, export.ADAPTER_DIR):
         assert (run_dir / name / export.MARKER).exists()
     base = build_model("tiny", model_config("tiny"), seed=0)  # the run's random-init base
+    # ... which the run leaves too, named by the adapter: PEFT loads it from what the run left
+    named = json.loads((run_dir / export.ADAPTER_DIR / "adapter_config.json").read_text())
+    assert named["base_model_name_or_path"] == str(run_dir / export.BASE_DIR)
+    left = load_file(run_dir / export.BASE_DIR / "model.safetensors")
+    assert all(torch.equal(v, base.state_dict()[k].to(v.dtype)) for k, v in left.items())
+    from transformers import AutoModelForCausalLM
+
+    PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(
+        named["base_model_name_or_path"]), run_dir / export.ADAPTER_DIR)
     merged = PeftModel.from_pretrained(base, run_dir / export.ADAPTER_DIR).merge_and_unload()
     ours = load_file(run_dir / export.EXPORT_DIR / "model.safetensors")
     theirs = {k: v.to(torch.bfloat16) for k, v in merged.state_dict().items()}

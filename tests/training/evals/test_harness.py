@@ -42,7 +42,7 @@ def test_a_task_folder_resolves_to_its_tasks_with_an_absolute_path(monkeypatch):
                                     data="x.jsonl"))
     assert cfg.harness_tasks == TASK_DIR
     resolved, _ = tasks.resolve(cfg.harness_tasks)
-    assert [t["task"] for t in resolved] == ["instructions_mc"]
+    assert [t["task"] for t in resolved] == ["instructions_answers", "instructions_mc"]
 
 
 def test_the_shipped_task_is_what_its_builder_writes():
