@@ -56,7 +56,10 @@ def check_data(uri: str, flag: str) -> None:
 
 def check_model(spec: str) -> None:
     """A model directory holds a model; a path that is none is named; a Hub id is in the cache
-    when the Hub cannot be reached."""
+    when the Hub cannot be reached. An `s3://` model is read once, later, with the run's
+    credentials."""
+    if "://" in spec:
+        return
     if os.path.isdir(spec):
         check_model_dir(spec)
     elif looks_like_path(spec):

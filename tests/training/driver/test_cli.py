@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 from tests.training.driver.freeze_cli import SNAPSHOT
 from training.config import options
@@ -107,3 +109,14 @@ def test_a_bad_flag_is_one_line_pointing_at_help_and_the_test_hooks_stay_out_of_
     assert "test hooks" not in shown
     assert all(h in SNAPSHOT.read_text() for h in hooks)  # still accepted, still frozen
     assert parse(["--fault-at-step", "3"]).test_hooks.fault_at_step == 3
+
+
+def test_an_s3_model_is_left_to_the_run_not_refused_as_a_missing_directory():
+    """`--model s3://bucket/run/hf_model/` (a finished run's export) is read once, later, with the
+    run's credentials: the early check must not take it for a local path that does not exist."""
+    from training.driver import early
+    from training.model.loading import ModelError
+
+    early.check_model("s3://ckpt/runs/tiny-58d3f219/hf_model/")  # no error
+    with pytest.raises(ModelError, match="no such model directory"):
+        early.check_model("./no/such/model/dir")
