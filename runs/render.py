@@ -24,7 +24,7 @@ from runs.outputs import StackOutputs
 from stack.config import ConfigError, StackConfig
 from stack.kube import JOB_HASH_LEN, RAYJOB_NAME_MAX, default_cluster_name
 from stack.parse import SET_BY_THE_STACK, as_config_string, declared, parse
-from training.config import options
+from training.options import options
 from training.settings import closest, setting_key
 from workloads.code_bundle import CodeBundle, CodeBundleError, bundle
 from workloads.kueue import queue_objects

@@ -85,8 +85,9 @@ def test_training_imports_no_deployment_code_and_no_benchmark():
         assert not bad, (m, bad)
 
 
-STDLIB_MODULES = ("training.config", "training.field_types", "training.flags", "training.errors",
-                  "training.settings", "training.run_names", "training.pod_contract")
+STDLIB_MODULES = ("training.config", "training.options", "training.field_types", "training.flags",
+                  "training.errors", "training.settings", "training.run_names",
+                  "training.pod_contract")
 
 
 @pytest.mark.parametrize("module", STDLIB_MODULES)

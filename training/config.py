@@ -10,11 +10,9 @@ Validation collects every problem before reporting, each naming the flag to chan
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-import typing
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Collection, Literal, Mapping
+from typing import Annotated, Any, Collection, Literal
 
 from training.run_names import default_name
 from training.errors import ConfigError
@@ -243,6 +241,8 @@ class TrainConfig:
         against its annotation (type, choices, range), then the checks across options, which
         compare values and so run once every option has its type (a choice aside)."""
         out, mistyped = [], False
+        from training.options import options  # it reads TrainConfig's fields: imported here
+
         for option in options():
             value = option.value(self)
             if not fits(option.hint, value):
@@ -331,69 +331,6 @@ class TrainConfig:
         settings = dataclasses.asdict(self)
         del settings["test_hooks"]
         return settings
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option of the job as the CLI and a stack see it, one flag (`--fault-at-step`) and
-    one stack key (`faultAtStep`): a TrainConfig field, or a field of one it groups (`group`:
-    `test_hooks`, of type `owner`), with its annotation."""
-    field: dataclasses.Field
-    hint: Any  # the annotation without Annotated's extras: a type, a Literal, or a union of them
-    bounds: Bounds | None
-    owner: type
-    group: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.field.name
-
-    @property
-    def flag(self) -> str:
-        return "--" + flag_name(self.name)
-
-    def value(self, cfg: TrainConfig) -> Any:
-        return getattr(getattr(cfg, self.group) if self.group else cfg, self.name)
-
-
-@functools.cache
-def options() -> tuple[Option, ...]:
-    """Every option, in field order: TrainConfig's settings, then the fields of the dataclasses
-    it groups (the test hooks). Option names are unique: each is one flag."""
-    hints = _hints(TrainConfig)
-    owners = [(None, TrainConfig)] + [(f.name, hints[f.name])
-                                      for f in dataclasses.fields(TrainConfig)
-                                      if dataclasses.is_dataclass(hints[f.name])]
-    out = []
-    for group, owner in owners:
-        owner_hints = _hints(owner)
-        for f in dataclasses.fields(owner):
-            hint, bounds = owner_hints[f.name], None
-            if dataclasses.is_dataclass(hint):
-                continue
-            if typing.get_origin(hint) is Annotated:
-                bounds = next((m for m in hint.__metadata__ if isinstance(m, Bounds)), None)
-                hint = hint.__origin__
-            out.append(Option(f, hint, bounds, owner, group))
-    return tuple(out)
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls, include_extras=True)
-
-
-def build(values: Mapping[str, Any]) -> TrainConfig:
-    """A TrainConfig from option values by name (`fault_at_step` too): a group's options are
-    gathered into its dataclass."""
-    by_name = {o.name: o for o in options()}
-    top, groups = {}, {}
-    for name, value in values.items():
-        option = by_name[name]
-        if option.group is None:
-            top[name] = value
-        else:
-            groups.setdefault((option.group, option.owner), {})[name] = value
-    return TrainConfig(**top, **{group: owner(**kw) for (group, owner), kw in groups.items()})
 
 
 def exclusive(given: Collection[str]) -> list[str]:

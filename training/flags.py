@@ -10,7 +10,8 @@ import argparse
 import dataclasses
 import functools
 
-from training.config import Option, TrainConfig, flag_name, options
+from training.config import TrainConfig, flag_name
+from training.options import Option, options
 from training.run_names import default_name
 from training.field_types import choices, value_type
 

@@ -9,7 +9,8 @@ import difflib
 import re
 from typing import Any, Mapping
 
-from training.config import TrainConfig, build, exclusive, options
+from training.config import TrainConfig, exclusive
+from training.options import build, options
 from training.errors import ConfigError
 from training.field_types import accepted, expected, fits
 

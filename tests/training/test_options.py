@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from training.config import ConfigError, TestHooks, TrainConfig, options
+from training.config import ConfigError, TestHooks, TrainConfig
+from training.options import options
 from training.driver.cli import build_parser, parse
 from training.field_types import accepted, choices
 from training.settings import from_settings

@@ -284,7 +284,7 @@ def test_every_job_setting_is_reachable_from_a_stack_and_reaches_the_entrypoint(
     non-default value, and the entrypoint parses back to exactly those values."""
     from stack.parse import SET_BY_THE_STACK
     from training.driver.cli import parse as parse_flags
-    from training.config import options
+    from training.options import options
     from training.settings import setting_key
 
     # --load-in-4bit exists to be refused with the reason (QLoRA is not supported).

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from training.config import options
+from training.options import options
 from training.driver.cli import build_parser
 from training.settings import setting_key
 

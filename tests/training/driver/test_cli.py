@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.training.driver.freeze_cli import SNAPSHOT
-from training.config import options
+from training.options import options
 from training.driver.cli import build_parser, parse
 
 HELP = """

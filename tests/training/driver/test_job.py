@@ -20,7 +20,8 @@ from training.driver import cli
 from training.head import kube_api
 from training.run import checkpoint
 from training.run.handoff import RunSummary
-from training.config import ConfigError, TrainConfig, options
+from training.config import ConfigError, TrainConfig
+from training.options import options
 from training.data.synthetic import SHIPPED
 from training.step.engine import lr_at
 from training.step.schedule import Schedule
