@@ -16,6 +16,7 @@ from tests.conftest import REPO
 from training.config import TrainConfig
 from training.data.formats import MESSAGES
 from training.data.tokenize import HFEncoder
+from training.data.preview import spans
 
 # family: (TRL template, special tokens, added tokens that are not special, bos, eos)
 QWEN = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -93,16 +94,6 @@ def family_tokenizers(tmp_path_factory):
     return out
 
 
-def _spans(ids, mask) -> list[list[int]]:
-    out: list[list[int]] = []
-    for i, (t, m) in enumerate(zip(ids, mask)):
-        if m:
-            if i == 0 or not mask[i - 1]:
-                out.append([])
-            out[-1].append(t)
-    return out
-
-
 def _trl(family: str, messages: list[dict]) -> tuple[list[int], list[list[int]]]:
     """What TRL's SFTTrainer tokenizes and trains for this row with assistant_only_loss; for
     Llama 3.1/3.2, whose templates TRL cannot patch, the template's own rendering and each
@@ -118,7 +109,7 @@ def _trl(family: str, messages: list[dict]) -> tuple[list[int], list[list[int]]]
                      for m in messages if m["role"] == "assistant"]
     out = _tokenize(tok, messages, return_assistant_tokens_mask=True,
                     chat_template=get_training_chat_template(tok))
-    return out["input_ids"], _spans(out["input_ids"], out["assistant_masks"])
+    return out["input_ids"], spans(out["input_ids"], out["assistant_masks"])
 
 
 def _check_against_trl(path: str, messages: list[dict]) -> list[str]:
@@ -131,7 +122,7 @@ def _check_against_trl(path: str, messages: list[dict]) -> list[str]:
     ids, trained = MESSAGES.encode_row({"messages": messages}, enc, "completion")
     trl_ids, trl_spans = _trl(path, messages)
     assert ids == trl_ids, (enc.decode(ids), enc.decode(trl_ids))
-    ours = [enc.decode(s) for s in _spans(ids, trained)]
+    ours = [enc.decode(s) for s in spans(ids, trained)]
     turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     assert len(ours) == len(trl_spans) == len(turns)
     for span, trl_span, i in zip(ours, trl_spans, turns):
