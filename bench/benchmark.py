@@ -314,10 +314,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
     from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
 
-    from training.driver.ray_setup import worker_env
+    from training.driver.ray_setup import local_workers_at_driver_priority, worker_env
 
     started_here = not ray.is_initialized()
     if started_here:
+        local_workers_at_driver_priority()
         ray.init(logging_level="ERROR", runtime_env={"env_vars": worker_env()})
     try:
         gpus = int(ray.cluster_resources().get("GPU", 0))

@@ -3,6 +3,7 @@ of the session (for the job and benchmark tests)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,11 @@ SHARED = REPO.parent / "shared"
 KUBERAY_CRDS = SHARED / "reference" / "kuberay-v1.7.0"
 SHARED_NCCL = SHARED / "fixtures" / "nccl"
 NCCL_FIXTURES = REPO / "tests" / "fixtures" / "nccl"
+
+# Every Ray the suite starts (the session's, the multi-node clusters' `ray start`, each
+# `python -m training` subprocess) inherits this: its workers at the tests' own priority, not
+# Ray's default nice 15, under which two busy CPU loops beside the suite leave them ~3% of a core.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 def need(path: Path) -> Path:

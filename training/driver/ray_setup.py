@@ -25,8 +25,20 @@ def init_ray(address: str | None) -> None:
     if address:
         ray.init(address=address, logging_level=logging.ERROR)
         return
+    local_workers_at_driver_priority()
     ray.init(num_cpus=(os.cpu_count() or 2) + 2, logging_level=logging.ERROR,
              runtime_env={"env_vars": worker_env()})
+
+
+def local_workers_at_driver_priority() -> None:
+    """Start a local Ray's workers at the driver's priority. The raylet nices every worker it
+    starts to 15 (ray 2.58 src/ray/common/ray_config_def.h `worker_niceness`, read from
+    RAY_worker_niceness), so that a cluster node's raylet and agents stay responsive; on a laptop
+    or CI machine where the workers ARE the run, any other busy process then takes nearly all
+    the CPU from them (CFS weight 36 against 1024), and the run crawls while its driver's waits
+    count down. Ray's own job manager starts job drivers at 0 for the same reason
+    (ray/dashboard/modules/job/job_manager.py). A value the user set is kept."""
+    os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 def interruptible_trainer():

@@ -3,6 +3,7 @@ record, and the EFA preflight's locked-memory warning."""
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import time
@@ -107,3 +108,26 @@ def test_memlock_below_unlimited_warns_with_the_fix_and_does_not_fail(monkeypatc
     monkeypatch.setattr(transport.resource, "getrlimit",
                         lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     assert transport.memlock_warning() is None
+
+
+@pytest.mark.parametrize("set_by_user, expected", [(None, "0"), ("10", "10")])
+def test_a_local_ray_starts_its_workers_at_the_drivers_priority(monkeypatch, set_by_user,
+                                                                expected):
+    """The raylet ray.init starts inherits the driver's environment and reads its niceness for
+    the workers from RAY_worker_niceness (default 15); a user's own value is kept."""
+    import ray
+
+    from training.driver import ray_setup
+
+    seen = {}
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    if set_by_user:
+        monkeypatch.setenv("RAY_worker_niceness", set_by_user)
+    monkeypatch.setattr(ray, "init", lambda **_: seen.update(
+        niceness=os.environ.get("RAY_worker_niceness")))
+    ray_setup.init_ray(None)
+    assert seen == {"niceness": expected}
+    seen.clear()
+    monkeypatch.delenv("RAY_worker_niceness")
+    ray_setup.init_ray("10.0.0.1:6379")  # a cluster's Ray: its nodes keep Ray's own setting
+    assert seen == {"niceness": None}
