@@ -66,12 +66,22 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def add_node(self, **env: str) -> subprocess.Popen:
-        """A worker node with room for the run's two workers (`env`: more of its environment,
-        which its workers inherit)."""
-        return self._start(["--address", self.address, "--num-cpus", "2"],
-                           f"node{len(self.procs)}",
-                           {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(SIGTERM_DRAIN_S), **env})
+    def add_node(self, tries: int = 3, **env: str) -> subprocess.Popen:
+        """A worker node with room for the run's two workers, once it has joined (`ray start`
+        logs that it blocks); `env`: more of its environment, which its workers inherit. On a
+        busy machine a raylet can time out starting and its `ray start` exits: again, up to
+        `tries` times."""
+        for _ in range(tries):
+            name = f"node{len(self.procs)}"
+            proc = self._start(["--address", self.address, "--num-cpus", "2"], name,
+                               {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(SIGTERM_DRAIN_S),
+                                **env})
+            log = self.root / f"{name}.log"
+            while proc.poll() is None and "block forever" not in log.read_text():
+                time.sleep(0.5)
+            if proc.poll() is None:
+                return proc
+        raise AssertionError(f"a node did not join in {tries} tries:\n{log.read_text()[-2000:]}")
 
     def drain(self, node_id: str, deadline_s: int) -> None:
         subprocess.run([RAY, "drain-node", "--address", self.address, "--node-id", node_id,

@@ -67,7 +67,7 @@ def test_a_repair_drain_resumes_from_the_step_in_progress_and_shows_in_the_summa
         with kube_fake.FakeKube(world, head_rbac("ray", "j", True), tls_dir=tmp_path) as kube:
             env, sa = kube_fake.in_cluster_env(kube, tmp_path, "c", None, price=None)
             env = {k: env[k] for k in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")}
-            sick = _join(c, SICK)
+            sick = c.add_node(NODE_NAME=SICK)
             run = tmp_path / "runs" / "repair"
             job = _driver(c, env, sa, tmp_path / "runs", "repair", "--steps", "4",
                           "--checkpoint-every", "4", "--hold-at-step", "2",
@@ -76,7 +76,7 @@ def test_a_repair_drain_resumes_from_the_step_in_progress_and_shows_in_the_summa
             # The agent marks the node at the XID; repair drains it 10 minutes later (EKS user
             # guide, nodes/node-repair.adoc), so the condition is there before the drain.
             kube.world["nodes"][0] = kube_fake.xid_node(SICK, time.time())
-            _join(c, SPARE)  # the repair's replacement, in the cluster before the drain
+            c.add_node(NODE_NAME=SPARE)  # the repair's replacement, in the cluster before the drain
             early = sorted(p.name for p in (run / "node-events").glob("*"))
             sick.send_signal(signal.SIGTERM)  # the drain's eviction, at PID 1 of the pod
             _wait_for(run / "node-events", job, 120, "*.reason.json")
@@ -100,19 +100,6 @@ def test_a_repair_drain_resumes_from_the_step_in_progress_and_shows_in_the_summa
     checked = re.findall(r"link floor: ([\d.]+) GB/s against a floor of 0.00 GB/s, checked in "
                          r"([\d.]+) s", out)
     assert len(checked) >= 2 and "WARNING: the link between" not in out, out
-
-
-def _join(c: Cluster, name: str, tries: int = 3) -> subprocess.Popen:
-    """A worker node that has joined (`ray start` logs that it blocks); on a busy machine a
-    raylet can time out starting, so again, up to `tries` times."""
-    for _ in range(tries):
-        proc = c.add_node(NODE_NAME=name)
-        log = c.root / f"node{len(c.procs) - 1}.log"
-        while proc.poll() is None and "block forever" not in log.read_text():
-            time.sleep(0.5)
-        if proc.poll() is None:
-            return proc
-    raise AssertionError(f"node {name} did not join in {tries} tries:\n{log.read_text()[-2000:]}")
 
 
 def _wait_for(path: Path, job: subprocess.Popen, timeout_s: float, glob: str = "") -> None:
