@@ -15,7 +15,7 @@ from kubernetes.client.rest import ApiException
 from infra.existing_kueue import (KUEUE_CRD, ExistingKueueError, cluster_client, foreign_kueue,
                                   read_crd)
 from stack.kube import kueue_release_name
-from tests.conftest import SHARED, need
+from tests.conftest import REPO, SHARED, need
 from tests.infra.harness import run_program
 from tests.infra.mocks import RecordingMocks
 from tests.infra.test_program import DEV
@@ -64,6 +64,12 @@ def test_a_kueue_that_is_not_the_stacks_own_is_refused_in_one_line(crd, owner):
     assert owner in problem and "\n" not in problem
     assert "pulumi config set existingKueue true" in problem
     assert "namespace ray-ray-train-dev" in problem  # what that Kueue must manage
+
+
+def test_the_refusal_docs_deploying_md_shows_is_the_programs():
+    cfg = stack(**EXISTING, clusterName="team-a")
+    line = foreign_kueue(cfg, helm_installed(kueue_crd(), "kueue"))
+    assert line in (REPO / "docs" / "deploying.md").read_text().splitlines()
 
 
 @pytest.mark.parametrize("overrides, crd", [
