@@ -111,15 +111,10 @@ def cluster_client(name: str, endpoint: str, ca_data: str, token: str) -> client
         kubeconfig_dict(name, endpoint, ca_data, {"token": token}), client_configuration=conf)
 
 
-def refuse_foreign_kueue(cfg: StackConfig, endpoint: str, ca_data: str) -> None:
-    """Read the existing cluster's Kueue CRD when the stack would install Kueue there and raise
-    ExistingKueueError (one line) if it is another's, or if the API cannot be read."""
-    if not looks_for_kueue(cfg):
-        return
-    name = cfg.existing_cluster_name
-    token = aws.eks.get_cluster_auth(name=name).token
+def cluster_kueue_crd(name: str, endpoint: str, ca_data: str, token: str) -> dict | None:
+    """read_crd on cluster `name`; a refused or failed read is one ExistingKueueError line."""
     try:
-        crd = read_crd(cluster_client(name, endpoint, ca_data, token))
+        return read_crd(cluster_client(name, endpoint, ca_data, token))
     except ApiException as error:
         raise ExistingKueueError(
             f"existingClusterName: {name}'s API answered HTTP {error.status} {error.reason} to "
@@ -127,10 +122,20 @@ def refuse_foreign_kueue(cfg: StackConfig, endpoint: str, ca_data: str) -> None:
             "whether one runs; let the deployer's access entry read CRDs, or set existingKueue: "
             "true if the cluster runs Kueue") from None
     except (urllib3.exceptions.HTTPError, OSError) as error:
+        why = getattr(error, "reason", None) or error  # MaxRetryError: what the attempt met
         raise ExistingKueueError(
             f"existingClusterName: cannot reach {name}'s API at {endpoint} to look for an "
-            f"installed Kueue ({type(error).__name__}); run `pulumi up` where the endpoint is "
+            f"installed Kueue ({type(why).__name__}); run `pulumi up` where the endpoint is "
             "reachable (a private endpoint: from inside its VPC)") from None
-    problem = foreign_kueue(cfg, crd)
+
+
+def refuse_foreign_kueue(cfg: StackConfig, endpoint: str, ca_data: str) -> None:
+    """Read the existing cluster's Kueue CRD when the stack would install Kueue there, and raise
+    ExistingKueueError (one line) if it is another's or cannot be read."""
+    if not looks_for_kueue(cfg):
+        return
+    name = cfg.existing_cluster_name
+    token = aws.eks.get_cluster_auth(name=name).token
+    problem = foreign_kueue(cfg, cluster_kueue_crd(name, endpoint, ca_data, token))
     if problem:
         raise ExistingKueueError(problem)

@@ -7,9 +7,11 @@ stay unknown. The engine is the mocks' CLI version, gating invokes or not (tests
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
 import contextlib
 import functools
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -214,4 +216,6 @@ def existing_cluster_api(mocks: RecordingMocks, existing: bool) -> Iterator[None
 @functools.cache
 def _tls_dir() -> Path:
     """One self-signed server certificate for the whole session (FakeKube makes it once)."""
-    return Path(tempfile.mkdtemp(prefix="fake-eks-tls-"))
+    path = Path(tempfile.mkdtemp(prefix="fake-eks-tls-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import base64
 import copy
+import logging
 
 import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from infra.existing_kueue import (KUEUE_CRD, ExistingKueueError, cluster_client, foreign_kueue,
-                                  read_crd)
+from infra.existing_kueue import (KUEUE_CRD, ExistingKueueError, cluster_client,
+                                  cluster_kueue_crd, foreign_kueue, read_crd)
 from stack.kube import kueue_release_name
 from tests.conftest import REPO, SHARED, need
 from tests.infra.harness import run_program
@@ -100,9 +101,25 @@ def test_a_refused_read_raises_the_servers_answer(tmp_path):
     assert error.value.status == 403
 
 
+def test_an_endpoint_that_cannot_be_reached_is_one_line(tmp_path, caplog):
+    with FakeKube({"customresourcedefinitions": []}, None, tls_dir=tmp_path) as gone:
+        url, ca = gone.url, _ca(gone)
+    caplog.set_level(logging.DEBUG, logger="urllib3")
+    with pytest.raises(ExistingKueueError) as error:
+        cluster_kueue_crd("shared-gpu", url, ca, TOKEN)
+    message = str(error.value)
+    assert message.startswith(f"existingClusterName: cannot reach shared-gpu's API at {url}")
+    assert "(NewConnectionError)" in message and "\n" not in message
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]  # one attempt
+
+
+def _ca(api: FakeKube) -> str:
+    """Its CA as EKS describes a cluster's (certificateAuthority.data: base64 PEM)."""
+    return base64.b64encode(api.ca_file.read_bytes()).decode()
+
+
 def _client(api: FakeKube):
-    return cluster_client("shared-gpu", api.url, base64.b64encode(api.ca_file.read_bytes())
-                          .decode(), TOKEN)
+    return cluster_client("shared-gpu", api.url, _ca(api), TOKEN)
 
 
 def _with_crds(*crds: dict, preview: bool = False) -> RecordingMocks:
