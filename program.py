@@ -72,8 +72,8 @@ def run() -> None:
                     system_node_selector=dict(cfg.system_node_selector), region=cfg.region,
                     kuberay_crds=crds, autoscaler_values=target.autoscaler_values,
                     crd_provider=target.crd_provider,
-                    kueue_namespace=cfg.namespace if cfg.queue and not cfg.existing_kueue
-                    else None)
+                    kueue_namespace=cfg.namespace if cfg.installs_kueue else None,
+                    kueue_release=cfg.kueue_release)
     ray = RayWorkloads("ray", cfg, code, storage.uri, hf_token, provider, addons.kuberay,
                        storage.association, image_cache=target.image_cache,
                        mlflow_password=mlflow_password, kueue=addons.kueue)

@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import pulumi
 import pulumi_aws as aws
 
+from infra.existing_kueue import refuse_foreign_kueue
 from infra.kubeconfig import kubeconfigs
 from infra.lookups import found
 from stack.config import StackConfig
@@ -24,7 +25,9 @@ class ExistingClusterError(InputError):
 def lookup(cfg: StackConfig, profile: str | None
            ) -> tuple[str, pulumi.Output[str], pulumi.Output[str]]:
     """(cluster name, kubeconfig for the Kubernetes provider, kubeconfig to export), once the
-    cluster passed `missing`; raises ExistingClusterError before any resource is declared."""
+    cluster passed `missing` and has no Kueue that would collide with the stack's
+    (infra/existing_kueue.py); raises ExistingClusterError or ExistingKueueError before any
+    resource is declared."""
     name = cfg.existing_cluster_name
     cluster = aws.eks.get_cluster(name=name)
     groups = {g: aws.eks.get_node_group(cluster_name=name, node_group_name=g)
@@ -34,8 +37,10 @@ def lookup(cfg: StackConfig, profile: str | None
     if problems:
         raise ExistingClusterError(f"existingClusterName: {name} is not ready for this stack:\n"
                                    + "\n".join(f"  - {p}" for p in problems))
-    return (cluster.name, *kubeconfigs(cluster.name, cluster.endpoint,
-                                       cluster.certificate_authorities[0].data, cfg.region, profile))
+    ca_data = cluster.certificate_authorities[0].data
+    refuse_foreign_kueue(cfg, cluster.endpoint, ca_data)  # its Kubernetes API, once AWS's pass
+    return (cluster.name, *kubeconfigs(cluster.name, cluster.endpoint, ca_data, cfg.region,
+                                       profile))
 
 
 def _has_addon(cluster: str, addon: str) -> bool:

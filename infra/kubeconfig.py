@@ -16,15 +16,19 @@ def kubeconfig(name: str, endpoint: str, ca_data: str, region: str,
     args = ["eks", "get-token", "--cluster-name", name, "--region", region]
     if profile:
         args += ["--profile", profile]
-    return json.dumps({
+    return json.dumps(kubeconfig_dict(name, endpoint, ca_data, {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws", "args": args}}))
+
+
+def kubeconfig_dict(name: str, endpoint: str, ca_data: str, user: dict) -> dict:
+    """One cluster, one user (its credential: an exec plugin, or a token), one context."""
+    return {
         "apiVersion": "v1", "kind": "Config", "current-context": name,
         "clusters": [{"name": name, "cluster": {"server": endpoint,
                                                 "certificate-authority-data": ca_data}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
-        "users": [{"name": name, "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
-            "args": args}}}],
-    })
+        "users": [{"name": name, "user": user}],
+    }
 
 
 def kubeconfigs(name: pulumi.Input[str], endpoint: pulumi.Input[str], ca_data: pulumi.Input[str],

@@ -118,14 +118,16 @@ def logs(kube: Kube, name: str, follow: bool) -> None:
 
 
 def show(kube: Kube, name: str) -> None:
-    """The job's JSON summary, with the digest of the code the run carries (its RayJob's
-    annotation: workloads/code_bundle.py)."""
+    """The job's JSON summary with the digest of its code: the summary's own (the job records
+    what its RayJob gave it; a finished run's summary, printed again, the code that trained it),
+    else, for a job from before summaries held it, its RayJob's annotation
+    (workloads/code_bundle.py)."""
     job = kube.rayjob(name)
     digest = (job["metadata"].get("annotations") or {}).get(CODE_DIGEST_ANNOTATION, "unknown")
     found = status.summary(_log(kube, name)[1])
     if found is None:
         raise RunsError(f"run {name}: no summary yet ({status.state(job)}; code {digest})")
-    print(json.dumps({**found, "code_digest": digest}, indent=2))
+    print(json.dumps({**found, "code_digest": found.get("code_digest") or digest}, indent=2))
 
 
 def cancel(kube: Kube, name: str | None) -> None:

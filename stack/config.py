@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from stack import catalog
-from stack.kube import NAMESPACE
+from stack.kube import NAMESPACE, kueue_release_name
 from training.config import TrainConfig
 from training.errors import ConfigError as JobConfigError
 
@@ -104,6 +104,19 @@ class StackConfig:
         """ECR Public images come through this stack's pull-through cache: only on a cluster of
         its own, whose node roles the stack can allow the cache's first pull."""
         return self.ecr_pull_through_cache and self.existing_cluster_name is None
+
+    @property
+    def installs_kueue(self) -> bool:
+        """The stack installs Kueue: the queue is on and no existing cluster's own serves it."""
+        return self.queue and not self.existing_kueue
+
+    @property
+    def kueue_release(self) -> str | None:
+        """The Kueue release's name: named for the stack on an existing cluster (stack/kube.py
+        kueue_release_name); None (Pulumi's auto-name) on the stack's own cluster, where no
+        other Kueue can be, so that an update never renames, and so replaces, an installed one
+        (pulumi-kubernetes helm_release.go Diff: `.name` forces a new release)."""
+        return kueue_release_name(self.name) if self.existing_cluster_name else None
 
     @property
     def spot(self) -> bool:

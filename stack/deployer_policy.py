@@ -162,6 +162,9 @@ INVOKE_ACTIONS: dict[str, tuple[str, ...]] = {
     "aws:ec2/getSubnet:getSubnet": ("ec2:DescribeSubnets",),
     "aws:ec2/getSubnets:getSubnets": ("ec2:DescribeSubnets",),
     "aws:eks/getCluster:getCluster": ("eks:DescribeCluster",),
+    # A token presigned locally (an STS GetCallerIdentity URL): no call, no permission; what the
+    # token may read in the cluster is its access entry's (infra/existing_kueue.py).
+    "aws:eks/getClusterAuth:getClusterAuth": (),
     "aws:eks/getNodeGroup:getNodeGroup": ("eks:DescribeNodegroup",),
     "aws:eks/getNodeGroups:getNodeGroups": ("eks:ListNodegroups",),
     "aws:eks/getAddon:getAddon": ("eks:DescribeAddon",),

@@ -16,10 +16,10 @@ registry.k8s.io/autoscaling/cluster-autoscaler (stack/catalog.py).
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from stack.catalog import EKS_ADDON_REGISTRY_ACCOUNTS
+from stack.kube import within
 
 ECR_PUBLIC = "public.ecr.aws"
 EFA_PLUGIN_REPOSITORY = "eks/aws-efa-k8s-device-plugin"
@@ -48,10 +48,7 @@ def efa_plugin_repository(region: str) -> str:
 def cache_prefix(cluster_name: str) -> str:
     """The cache rule's repository prefix: one per cluster (a registry holds one rule per prefix,
     and cluster names are unique per account and Region), within ECR's length and pattern."""
-    prefix = re.sub(r"-{2,}", "-", cluster_name)
-    if len(prefix) > CACHE_PREFIX_MAX:
-        digest = hashlib.sha256(cluster_name.encode()).hexdigest()[:8]
-        prefix = f"{prefix[:CACHE_PREFIX_MAX - 9].rstrip('-')}-{digest}"
+    prefix = within(re.sub(r"-{2,}", "-", cluster_name), CACHE_PREFIX_MAX, key=cluster_name)
     assert _PREFIX.match(prefix), prefix  # cluster names are DNS labels (stack/validation.py)
     return prefix
 

@@ -1,6 +1,7 @@
 """Kubernetes names, labels, taints and limits shared by the node groups (infra) and the objects
 that target them (workloads). Pulumi-free."""
 
+import hashlib
 import re
 
 # Namespaced objects of the Ray workloads, and the AWS resources that refer to them.
@@ -41,6 +42,29 @@ def code_configmap_name(rayjob_name: str, digest: str) -> str:
     """A run's own code ConfigMap: named for its RayJob and its bundle's digest, so a run never
     mounts another run's code, nor a ConfigMap whose keys differ from its volume's items."""
     return f"{rayjob_name}-code-{digest[:12]}"
+
+
+# Kueue's chart names its objects `<release>-<suffix>` (a release name holding "kueue" is the
+# chart's fullname: kubernetes-sigs/kueue v0.19.2 charts/kueue/templates/_helpers.tpl), and its
+# longest Service name, `<release>-controller-manager-metrics-service`, must be a DNS-1035 label
+# of at most 63 characters.
+KUEUE_RELEASE_MAX = 63 - len("-controller-manager-metrics-service")
+
+
+def kueue_release_name(cluster_name: str) -> str:
+    """The Helm release of the Kueue a stack installs on an existing cluster, named for the stack:
+    Helm stamps it on Kueue's CRDs, so a later `pulumi up` tells its own install from another's
+    (infra/existing_kueue.py)."""
+    return within(f"kueue-{cluster_name}", KUEUE_RELEASE_MAX)
+
+
+def within(name: str, limit: int, key: str | None = None) -> str:
+    """`name` if it fits `limit` characters, else its start, '-' and 8 hex digits of a hash of
+    `key` (`name` by default): still one name per key."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256((key or name).encode()).hexdigest()[:8]
+    return f"{name[:limit - 9].rstrip('-')}-{digest}"
 
 
 def gpu_node_labels(accelerator: str) -> dict[str, str]:

@@ -73,13 +73,16 @@ def test_the_program_imports_only_the_deploy_set_even_inside_functions():
     assert {"program", "stack.config", "training.config"} <= reachable("__main__")
 
 
-# Refuses every import the deploy set cannot serve, then imports what __main__ imports.
+# Refuses every import the deploy set cannot serve, then imports what __main__ imports. The
+# standard library's build-time variables (`_sysconfigdata_<abi>_<platform>`, which sysconfig
+# imports: the kubernetes client's watch module loads pydoc, which asks sysconfig for a path)
+# are a module sys.stdlib_module_names does not list.
 _BLOCKED_IMPORT = """
 import importlib.abc, json, sys
 allowed, modules = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 class Refuse(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] not in allowed:
+        if name.partition(".")[0] not in allowed and not name.startswith("_sysconfigdata_"):
             raise ImportError(f"{name} is not in requirements.txt or its dependencies")
 sys.meta_path.insert(0, Refuse())
 for m in modules:

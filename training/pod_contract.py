@@ -1,5 +1,5 @@
 """What the job and the pods it runs in agree on outside the flags: environment variable names the
-pods set (workloads/raycluster.py) and the job reads, and the preemption margin both size their
+pods and the RayJob set (workloads/raycluster.py, rayjob.py) and the job reads, and the preemption margin both size their
 budgets by. Standard library only: the Pulumi program imports it."""
 
 # The job reads the run's start time (the Ray head writes it as the run's cluster starts,
@@ -7,6 +7,10 @@ budgets by. Standard library only: the Pulumi program imports it."""
 RUN_STARTED_ENV = "RUN_STARTED_AT_FILE"
 # A worker pod's Kubernetes node (downward API spec.nodeName, workloads/raycluster.py).
 NODE_NAME_ENV = "NODE_NAME"
+# The digest of the code the run carries (workloads/code_bundle.py, its RayJob's
+# eks-ray-train/code-digest annotation), in the job's runtime_env (workloads/rayjob.py): the job
+# records it in its summary.
+CODE_DIGEST_ENV = "EKS_RAY_TRAIN_CODE_DIGEST"
 
 # On a preemption the job moves the drain's deadline this much earlier (training/run/preemption.py:
 # Ray Train's watcher polls every 5 s, its controller every 2 s), so Ray Train restarts the workers

@@ -27,13 +27,14 @@ class Addons(pulumi.ComponentResource):
                  system_node_selector: dict[str, str], region: str,
                  kuberay_crds: Mapping[str, str] | None, autoscaler_values: dict | None = None,
                  crd_provider: k8s.Provider | None = None, kueue_namespace: str | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 kueue_release: str | None = None, opts: pulumi.ResourceOptions | None = None):
         """`kuberay_crds`: kind -> CRD text of the pinned release, applied with the operator;
         None when the cluster runs its own KubeRay (no second operator, its CRDs untouched).
         `crd_provider`: a shared cluster's, which adopts CRDs that are already there; they are
         then left in place on destroy. `autoscaler_values`: install cluster-autoscaler (own
         cluster only). `kueue_namespace`: install Kueue, which queues the RayJobs of that namespace
-        (workloads/kueue.py) and nothing else (helm_values.kueue_manager_config)."""
+        (workloads/kueue.py) and nothing else (helm_values.kueue_manager_config), as the Helm
+        release `kueue_release` (None: Pulumi's auto-name)."""
         super().__init__("eksraytrain:workloads:Addons", name, None, opts)
         base = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on)
         self.kuberay = None
@@ -66,14 +67,18 @@ class Addons(pulumi.ComponentResource):
             after = [*depends_on, *([self.kuberay] if self.kuberay else [])]
             self.kueue = self._release(
                 name, "kueue", helm_values.kueue(system_node_selector, kueue_namespace),
-                pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)))
+                pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)),
+                release_name=kueue_release)
         self.register_outputs({})
 
     def _release(self, name: str, chart_key: str, values: dict, opts: pulumi.ResourceOptions,
-                 **kwargs) -> k8s.helm.v3.Release:
+                 release_name: str | None = None, **kwargs) -> k8s.helm.v3.Release:
+        """`release_name`: the Helm release's; None: `<resource name>-<8 hex>` (the provider's
+        auto-name, helm_release.go assignNameIfAutonameable)."""
         chart = CHARTS[chart_key]
         repo = {"repository_opts": {"repo": chart.repo}} if chart.repo else {}  # "": an OCI chart
+        named = {"name": release_name} if release_name else {}
         return k8s.helm.v3.Release(
-            f"{name}-{chart_key}", chart=chart.name, version=chart.version, **repo,
+            f"{name}-{chart_key}", chart=chart.name, version=chart.version, **repo, **named,
             namespace=chart.namespace,
             create_namespace=True, values=values, opts=opts, **kwargs)

@@ -23,6 +23,7 @@ from stack.config import StackConfig
 from stack.kube import CODE_DIGEST_ANNOTATION, CODE_MOUNT, JOB_HASH_LEN, RUN_START_BUDGET_S
 from training.config import TrainConfig
 from training.flags import render
+from training.pod_contract import CODE_DIGEST_ENV
 from training.run_names import run_key
 from workloads.code_bundle import CodeBundle
 from workloads.kueue import queued
@@ -85,7 +86,10 @@ def build_rayjob(cfg: StackConfig, bundle: CodeBundle, storage_uri: str,
     (workloads/kueue.py `queued`). `python -m runs submit` renders its runs with this too, under
     a `name` of its own (runs/render.py)."""
     name = name or f"{cfg.name}-{job_hash(bundle, cfg, storage_uri)}"
-    runtime_env = {"working_dir": CODE_MOUNT}
+    # env_vars reach the entrypoint: Ray's job manager starts the JobSupervisor actor with the
+    # job's runtime_env, and the supervisor runs the entrypoint with its own environment (ray
+    # 2.58.0 dashboard/modules/job/job_manager.py submit_job, job_supervisor.py run).
+    runtime_env = {"working_dir": CODE_MOUNT, "env_vars": {CODE_DIGEST_ENV: bundle.digest}}
     pip = [*cfg.extra_pip, *([MLFLOW_CLIENT] if cfg.mlflow_tracking_uri else []),
            *([PEFT_CLIENT] if cfg.training.lora_rank else []),
            *([LM_EVAL_CLIENT] if cfg.training.harness_tasks else [])]

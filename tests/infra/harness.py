@@ -7,8 +7,14 @@ stay unknown. The engine is the mocks' CLI version, gating invokes or not (tests
 from __future__ import annotations
 
 import asyncio
+import atexit
+import base64
+import contextlib
+import functools
+import shutil
+import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from unittest import mock
 
 import grpc
@@ -21,6 +27,7 @@ from stack import catalog
 from tests.infra import plain_inputs, release_server
 from tests.infra.mocks import ProviderInvokeError, RecordingMocks
 from tests.stack.stacks import PROJECT, raw_config, stack_name
+from tests.training.kube_fake import FakeKube
 
 # Set on an exception the monitor raised to refuse a registration (see quiet_refusals).
 REFUSED = "_refused_by_the_mock_monitor"
@@ -183,6 +190,32 @@ def run_program(stack_file: Path, overrides: dict[str, str] | None = None,
             else None
 
     with mock.patch("pulumi.runtime.rpc.get_resource_module", side_effect=resource_module), \
-            mock.patch.object(catalog, "KUBERAY_CRD_URL", crd_url or release_server.crd_url()):
+            mock.patch.object(catalog, "KUBERAY_CRD_URL", crd_url or release_server.crd_url()), \
+            existing_cluster_api(mocks, bool(raw.get("existingClusterName"))):
         deploy()
     return mocks
+
+
+@contextlib.contextmanager
+def existing_cluster_api(mocks: RecordingMocks, existing: bool) -> Iterator[None]:
+    """On an existing cluster, its Kubernetes API: a FakeKube over TLS serving the mocks' CRDs
+    (and RBAC), at the endpoint and with the CA getCluster answers; its requests kept."""
+    if not existing:
+        yield
+        return
+    with FakeKube({"customresourcedefinitions": mocks.cluster_crds}, mocks.cluster_rbac,
+                  tls_dir=_tls_dir(), user=mocks.deployer) as api:
+        mocks.kube_endpoint = api.url
+        mocks.kube_ca = base64.b64encode(api.ca_file.read_bytes()).decode()
+        try:
+            yield
+        finally:
+            mocks.kube_requests = list(api.requests)
+
+
+@functools.cache
+def _tls_dir() -> Path:
+    """One self-signed server certificate for the whole session (FakeKube makes it once)."""
+    path = Path(tempfile.mkdtemp(prefix="fake-eks-tls-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path

@@ -18,6 +18,9 @@ answer it (RecordingMocks mixes this in).
   (UpdateNodegroupConfig, no roll) only when declared and different, kept when left out.
 - An add-on's configurationValues are checked against its configuration schema, as CreateAddon
   and UpdateAddon do (tests/infra/mock_addons.py).
+- The existing cluster's endpoint is a fake Kubernetes API on loopback, over TLS with its own CA
+  (tests/training/kube_fake.py FakeKube, started by the harness), which takes the token
+  getClusterAuth returns.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pulumi.runtime import rpc
 
 from infra.access import principal_key
 from tests.infra.mock_addons import check_configuration
+from tests.training.kube_fake import TOKEN as KUBE_TOKEN
 
 DESIRED = "scalingConfig.desiredSize"
 
@@ -86,6 +90,12 @@ class EksAccount:
         # (cluster, group) -> its nodeRepairConfig as EKS holds it; the blocks sent this run.
         self.repair: dict[tuple[str, str], dict] = dict(prior.repair) if prior else {}
         self.repair_sent: list[dict] = []
+        # The existing cluster's Kubernetes API: what it serves (the harness puts a FakeKube at
+        # this endpoint with these CRDs and, unless None, RBAC) and the requests it got.
+        self.kube_endpoint, self.kube_ca = "https://eks.example", "Y2E="
+        self.cluster_crds: list[dict] = []
+        self.cluster_rbac: list[dict] | None = None
+        self.kube_requests: list[tuple] = []
 
     def eks_resource(self, args: pulumi.runtime.MockResourceArgs, outputs: dict) -> None:
         """The AWS side of an update (not a preview) of the resource types above."""
@@ -219,9 +229,13 @@ class EksAccount:
         if token == "aws:eks/getCluster:getCluster":
             if args["name"] not in self.clusters:
                 raise not_found(token, f"reading EKS Cluster ({args['name']})")
-            return {"name": args["name"], "endpoint": "https://eks.example",
-                    "certificateAuthorities": [{"data": "Y2E="}],
+            return {"name": args["name"], "endpoint": self.kube_endpoint,
+                    "certificateAuthorities": [{"data": self.kube_ca}],
                     "vpcConfig": {"clusterSecurityGroupId": "sg-eks-managed"}}
+        if token == "aws:eks/getClusterAuth:getClusterAuth":
+            # A presigned STS call, made without asking EKS whether the cluster exists
+            # (cluster_auth_data_source.go); the fake API takes this token.
+            return {"id": args["name"], "name": args["name"], "token": KUBE_TOKEN}
         if token == "aws:eks/getAccessEntry:getAccessEntry":
             cluster, arn = args["clusterName"], args["principalArn"]
             if arn not in self.clusters.get(cluster, {}):

@@ -21,6 +21,7 @@ from stack.kube import CODE_DIGEST_ANNOTATION
 from tests.conftest import KUBERAY_CRDS, REPO, SHARED, need
 from tests.runs.conftest import outputs_file
 from tests.workloads.crd_schema import load_schema, validate
+from training.pod_contract import CODE_DIGEST_ENV
 from workloads.code_bundle import CONFIGMAP_LIMIT_BYTES, CodeBundleError, bundle
 
 
@@ -58,6 +59,8 @@ def test_a_run_carries_the_checkouts_own_code_owned_by_its_rayjob(outputs, api, 
     cm, = api.world["configmaps"]
     digest = job["metadata"]["annotations"][CODE_DIGEST_ANNOTATION]
     assert digest == bundle(checkout).digest != bundle(REPO).digest
+    # and its driver's environment, for the run's summary (training.pod_contract)
+    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"] == {CODE_DIGEST_ENV: digest}
     assert cm["metadata"]["name"] == f"{job['metadata']['name']}-code-{digest[:12]}"
     assert cm["data"]["training..added_here.py"] == "ADDED = True\n"
     assert [(o["kind"], o["name"], o["uid"]) for o in cm["metadata"]["ownerReferences"]] == [

@@ -90,6 +90,16 @@ def test_logs_and_show_read_the_submitters_output(world, tmp_path, capsys):
     assert "no job output yet" in capsys.readouterr().err
 
 
+def test_show_keeps_the_digest_the_summary_records(tmp_path, capsys):
+    """A job prints a finished run's summary again, whose code_digest names the code that
+    trained it, not the code this RayJob carries."""
+    trained = {**SUMMARY, "code_digest": "1" * 64}
+    pod = submitter_pod(DONE["metadata"]["name"], T0 - 7000)
+    with FakeAPI([DONE], [pod], {pod["metadata"]["name"]: json.dumps(trained) + "\n"}) as api:
+        assert run(api, tmp_path, "show", "ray-train-dev-r000000000") == 0
+    assert json.loads(capsys.readouterr().out) == trained
+
+
 def test_cancel_deletes_a_run_and_all_deletes_only_the_submitted_ones(world, tmp_path, capsys):
     assert run(world, tmp_path, "cancel", "ray-train-dev-r000000002") == 0
     assert "checkpoints stay" in capsys.readouterr().out

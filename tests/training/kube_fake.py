@@ -1,6 +1,8 @@
-"""A Kubernetes API server on loopback for the head's client (training/head/kube_api.py), and the
-objects a run's cold start leaves there, written from the API reference (core/v1 Pod, Node,
-Event, ConfigMap; ray.io/v1 RayJob), never recorded from a cluster.
+"""A Kubernetes API server on loopback for the head's client (training/head/kube_api.py) and for
+the Pulumi program's read of an existing cluster (infra/existing_kueue.py), and the objects a
+run's cold start leaves there, written from the API reference (core/v1 Pod, Node, Event,
+ConfigMap; ray.io/v1 RayJob; apiextensions.k8s.io/v1 CustomResourceDefinition), never recorded
+from a cluster.
 
 It answers like the API server where the client depends on it: bearer-token authentication
 (401), RBAC authorization of every request against the Roles the stack deploys
@@ -189,6 +191,8 @@ ROUTES = [  # path -> (API group, resource, namespace group, name group)
     (re.compile(r"^/api/v1/namespaces/([^/]+)/(pods|events|configmaps)(?:/([^/]+))?$"), ""),
     (re.compile(r"^/api/v1/(nodes)(?:/([^/]+))?$"), ""),
     (re.compile(r"^/apis/ray.io/v1/namespaces/([^/]+)/(rayjobs)(?:/([^/]+))?$"), "ray.io"),
+    (re.compile(r"^/apis/apiextensions.k8s.io/v1/(customresourcedefinitions)(?:/([^/]+))?$"),
+     "apiextensions.k8s.io"),
 ]
 
 
@@ -219,8 +223,10 @@ def allowed(rbac: list[dict], verb: str, group: str, resource: str, ns: str | No
 
 
 class FakeKube:
-    def __init__(self, world: dict, rbac: list[dict] | None, tls_dir: Path | None = None):
-        self.world, self.rbac = copy.deepcopy(world), rbac
+    def __init__(self, world: dict, rbac: list[dict] | None, tls_dir: Path | None = None,
+                 user: str = SA):
+        """`rbac`: the Roles bound to `user`, the identity of every request; None: no RBAC."""
+        self.world, self.rbac, self.user = copy.deepcopy(world), rbac, user
         self.requests: list[tuple[str, str, str, str | None, str | None]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.ca_file = None
@@ -273,15 +279,16 @@ class FakeKube:
         if self.rbac is not None and not allowed(self.rbac, verb, group, resource, ns, name):
             where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
             return 403, status(403, "Forbidden", f'{resource} "{name or ""}" is forbidden: User '
-                                f'"{SA}" cannot {verb} resource "{resource}" in API group '
+                                f'"{self.user}" cannot {verb} resource "{resource}" in API group '
                                 f'"{group}"{where}')
         objs = [o for o in self.world.get(resource, [])
                 if ns is None or o["metadata"].get("namespace") == ns]
         if name is None:
             return 200, listed(objs, parsed.query)
         found = next((o for o in objs if o["metadata"]["name"] == name), None)
-        if found is None:
-            return 404, status(404, "NotFound", f'{resource} "{name}" not found')
+        if found is None:  # the API server names the resource with its group (NewNotFound)
+            qualified = f"{resource}.{group}" if group else resource
+            return 404, status(404, "NotFound", f'{qualified} "{name}" not found')
         if method == "PATCH":
             if headers.get("Content-Type") != "application/merge-patch+json":
                 return 415, status(415, "UnsupportedMediaType", "the body of the request was "

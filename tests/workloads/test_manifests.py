@@ -12,10 +12,11 @@ import pytest
 import yaml
 
 from stack.parse import parse
-from stack.kube import RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX
+from stack.kube import CODE_DIGEST_ANNOTATION, RAYCLUSTER_NAME_MAX, RAYJOB_NAME_MAX
 from tests.conftest import KUBERAY_CRDS, REPO, need
 from tests.stack.stacks import STACK_FILES, raw_config, stack_name
 from tests.workloads.crd_schema import load_schema, rayjob_rules, validate
+from training.pod_contract import CODE_DIGEST_ENV
 from workloads.code_bundle import CodeBundleError, bundle
 from workloads.raycluster import build_cluster_spec
 from workloads.rayjob import build_rayjob, head_service, job_hash
@@ -193,7 +194,10 @@ def test_job_code_is_the_working_dir_and_flags_are_the_clis(code):
     job = build_rayjob(cfg, code, S3)["spec"]
     runtime_env = yaml.safe_load(job["runtimeEnvYAML"])
     mount = job["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
-    assert runtime_env == {"working_dir": mount}
+    # The driver reads the run's code digest from its environment for the summary.
+    assert runtime_env == {"working_dir": mount, "env_vars": {CODE_DIGEST_ENV: code.digest}}
+    assert code.digest == build_rayjob(cfg, code, S3)["metadata"]["annotations"][
+        CODE_DIGEST_ANNOTATION]
     from training.driver.cli import build_parser
 
     args = shlex.split(job["entrypoint"])

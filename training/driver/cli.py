@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable
 # Only what parsing needs at import time: `python -m training --help` answers without torch,
 # transformers or Ray (10-28 s of imports); each step of `run` imports its own layer.
 from training.config import RANDOM_DATA, ConfigError, TrainConfig, exclusive
-from training.pod_contract import RUN_STARTED_ENV
+from training.pod_contract import CODE_DIGEST_ENV, RUN_STARTED_ENV
 from training.data.synthetic import PAIRS, SHIPPED
 from training.data.tokenize import BYTES
 from training import run_names
@@ -338,8 +338,8 @@ def _summary(result, storage: Storage, plan: RunPlan,
              phases: Callable[[dict], dict | None] | None = None) -> RunSummary:
     """The run's summary, completed here once: what rank 0 wrote to the run directory (Ray's
     Result keeps only checkpointed reports; `result` None: no run now) with the data format, the
-    newest complete checkpoint and its size, and (`phases`, a run now) the cold start's phases
-    from the loop's milestones."""
+    newest complete checkpoint and its size, the code's digest, and (`phases`, a run now) the
+    cold start's phases from the loop's milestones."""
     import dataclasses
 
     from training.driver.checks import saved_summary
@@ -361,7 +361,9 @@ def _summary(result, storage: Storage, plan: RunPlan,
         run_dir=storage.display(run_dir),
         cold_start=phases(saved.cold_start or {}) if phases else saved.cold_start,
         harness_gpu_node_usd=harness_cost.summary_usd(saved),  # the price is the head's
-        node_events=node_events.read_all(storage.filesystem, run_dir) or None)
+        node_events=node_events.read_all(storage.filesystem, run_dir) or None,
+        # This job's code when it ran now; the one that wrote the summary otherwise.
+        code_digest=os.environ.get(CODE_DIGEST_ENV) if result is not None else saved.code_digest)
     if result is not None:  # one summary: summary.json holds what the last line prints
         RunFiles(storage.filesystem, run_dir).write_json(SUMMARY_FILE, summary.to_dict())
     return summary

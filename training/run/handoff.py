@@ -102,6 +102,9 @@ class RunSummary:
     efa_preflight: str | None = None
     stopped: str | None = None  # why the run ended early (a non-finite loss), if it did
     export_path: str | None = None  # the Hugging Face model directory, when exported
+    # The code the job ran: its RayJob's code bundle digest (training.pod_contract.CODE_DIGEST_ENV);
+    # None for a run started without one (a local run).
+    code_digest: str | None = None
     # After the export (training/evals): lm-eval scores of base and tuned, the sample answers.
     harness: dict | None = None  # {task: {metric: {"base", "tuned", "stderr": {"base", "tuned"}}}}
     harness_s: float | None = None
