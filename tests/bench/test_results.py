@@ -102,6 +102,36 @@ def test_lora_rows_name_the_attention_and_a_baseline_that_attends_across_documen
     assert results._attention(ours, {"settings": {}}) == "sdpa"
 
 
+def test_a_packed_dpo_rows_estimate_is_restated_for_the_pair_row_once(tmp_path):
+    """A packed row's planner planned rows of 2 x --seq-len. The first packed runs recorded
+    --seq-len in the estimate's inputs, so the rendering restates their estimate for the pair
+    row; later runs record the pair row itself, which must not be doubled again."""
+    from training.step.memory import estimate_from
+
+    inputs = {"model": "tiny", "vocab_size": 512, "num_params": 144192, "shard_size": 1,
+              "world": 1, "compiled": True, "micro_batch": 2, "grad_accum": 1,
+              "reduce_dtype": "fp32", "accum_dtype": "fp32", "checkpointing": False,
+              "zero2": False, "loss_chunk_tokens": 2048, "trainable_params": None,
+              "lora_dropout": False}
+    pair_row = estimate_from({**inputs, "seq_len": 128}) / 2**30
+    row = {"run": "full", "model": "tiny", "memory_budget_gib": None, "seq_len": 64,
+           "tokens_per_step": 512, "lora_rank": 0, "trainable_params": 144192,
+           "plan": {"micro_batch_size": 2, "grad_accum": 1, "activation_checkpointing": False},
+           "tokens_per_s": 100.0,
+           "peak_gib": pair_row, "first_loss": 0.69, "last_loss": 0.6, "grad_norms_finite": True,
+           "pairs_per_row": 2,
+           "pair_tokens_per_s": 90.0}
+    rows = [{**row, "inputs": {**inputs, "seq_len": seq}, "estimated_peak_gib": pair_row,
+             "estimate_error": 0.0} for seq in (64, 128)]  # the first runs' record, later ones'
+    env = {**_bench_json(gpu=True)["env"], "command": "python -m bench.dpo"}
+    runs = tmp_path / "runs" / "2026-12-03"
+    runs.mkdir(parents=True)
+    (runs / "dpo.json").write_text(json.dumps({"kind": "dpo", "rows": rows, "env": env,
+                                               "settings": {}}))
+    lines = [r for r in results.render(tmp_path / "runs").splitlines() if "bench.dpo` |" in r]
+    assert len(lines) == 2 and all("| +0.0% | +0.0% |" in line for line in lines), lines
+
+
 def _poll_json(gpu: bool) -> dict:
     """A result as bench/preemption_poll.py writes it."""
     env = {**_bench_json(gpu)["env"], "world_size": 2, "command": "python -m bench.preemption_poll"}
