@@ -254,13 +254,12 @@ def _flops_per_token(worker: _Worker) -> tuple[float, int]:
     import torch
 
     from training.model.model import build_model, count_params
-    from training.step.metrics import flops_per_token, input_embedding
+    from training.step.metrics import model_flops_per_token
 
     cfg = worker.model_cfg
     with torch.device("meta"):
         n_params = count_params(build_model(worker.base.model, cfg, seed=0))
-    return flops_per_token(n_params, cfg.num_hidden_layers, cfg.hidden_size,
-                           worker.base.seq_len, embedding=input_embedding(cfg)), n_params
+    return model_flops_per_token(cfg, n_params, worker.base.seq_len), n_params
 
 
 def _add_mfu(rows: list[dict], fpt: float, matmul: float | None, device) -> None:

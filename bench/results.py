@@ -176,7 +176,8 @@ def dpo_rows(result: dict, name: str) -> list[list[str]]:
     shares = json.loads(share_file.read_text()) if share_file.exists() else {}
     rows = []
     for r in result["rows"]:
-        if "pairs_per_row" in r:  # packed: a row is two sequences of --seq-len
+        # packed: a row is two sequences of --seq-len; the first packed runs recorded one
+        if "pairs_per_row" in r and r["inputs"]["seq_len"] == r["seq_len"]:
             r = {**r, "inputs": {**r["inputs"], "seq_len": 2 * r["inputs"]["seq_len"]}}
         rows.append(r)
     out = []

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.command import start
-from training.step.metrics import PEAK_BF16_TFLOPS, flops_per_token
+from training.step.metrics import PEAK_BF16_TFLOPS, model_flops_per_token
 # The model itself lives with the job, which predicts a slow link's cost before its first step
 # (training/network/link_floor.py); the job never imports bench/.
 from training.step.step_time import Links, StepPlan, compute_s, predict
@@ -120,8 +120,8 @@ def _plan_on_l4(cfg: TrainConfig, params: int, trainable: int | None = None,
                           grad_accum=plan.grad_accum, reduce_dtype=cfg.reduce_dtype,
                           accum_dtype=cfg.accum_dtype, checkpointing=checkpointing, zero2=zero2,
                           loss_chunk_tokens=plan.loss_chunk_tokens)
-    return step, {"hidden": mc.hidden_size, "loss_chunk_tokens": plan.loss_chunk_tokens,
-                  "estimate_gib": need / 2**30}
+    return step, {"model": cfg.model, "hidden": mc.hidden_size,
+                  "loss_chunk_tokens": plan.loss_chunk_tokens, "estimate_gib": need / 2**30}
 
 
 def _ours_on_l4(tokens_per_step: int, seq_len: int, reduce_dtype: str) -> StepPlan:
@@ -179,7 +179,7 @@ def g6_predictions(compute_mfu: float, intra_gbps: float, inter_gbps: float,
 
     ours_bf16 = _ours_on_l4(tokens_per_step, seq_len, "bf16")
     batch = f"{tokens_per_step:,} tokens/step"
-    qwen = {"hidden": QWEN_HIDDEN}
+    qwen = {"model": QWEN, "hidden": QWEN_HIDDEN}
     plans = [
         ("reference, the AWS sample's own (seq 128, mb 1)", reference(128, 1), world_link, qwen),
         ("reference at seq 2048, mb 1", reference(seq_len, 1), world_link, qwen),
@@ -197,14 +197,17 @@ def g6_predictions(compute_mfu: float, intra_gbps: float, inter_gbps: float,
 
 
 def _predicted(name: str, plan: StepPlan | str, links: Links, chosen: dict, rate: float) -> dict:
-    """One preset row: the plan's prediction at `rate` FLOP/s, or why it does not fit."""
+    """One preset row: the plan's prediction at `rate` FLOP/s, or why it does not fit. Its
+    compute is the job's FLOPs per token for `chosen["model"]` (the count its MFU uses)."""
     if isinstance(plan, str):
         return {"name": name, "fits": False, "why": plan}
-    fpt = flops_per_token(plan.params, plan.layers, chosen["hidden"], plan.seq_len,
-                          frozen=plan.params - plan.reduced)
+    from training.model.model import model_config
+
+    fpt = model_flops_per_token(model_config(chosen["model"]), plan.params, plan.seq_len,
+                                plan.trainable)
     pred = predict(plan, compute_s(plan, fpt, rate), links)
-    return {"name": name, "fits": True, "plan": asdict(plan), **chosen, **asdict(pred),
-            "steps_per_s": 1 / pred.step_s}
+    return {"name": name, "fits": True, "plan": asdict(plan), **chosen, "flops_per_token": fpt,
+            **asdict(pred), "steps_per_s": 1 / pred.step_s}
 
 
 def _print_check(result: dict) -> None:

@@ -79,6 +79,16 @@ def test_lora_rows_show_plan_peak_against_estimate_loss_and_refusals(tmp_path):
     assert "| full-budget | tiny | - | 22 | 8 x 64 | error: ConfigError: micro-batch 1" in lines[1]
 
 
+def _rendered(tmp_path, kind: str, rows: list[dict]) -> list[str]:
+    """RESULTS.md's lines for one GPU result of `kind` (`python -m bench.<kind>`) holding `rows`."""
+    env = {**_bench_json(gpu=True)["env"], "command": f"python -m bench.{kind}"}
+    runs = tmp_path / "runs" / "2026-12-02"
+    runs.mkdir(parents=True)
+    (runs / f"{kind}.json").write_text(json.dumps({"kind": kind, "rows": rows, "env": env,
+                                                   "settings": {}}))
+    return results.render(tmp_path / "runs").splitlines()
+
+
 def test_lora_rows_name_the_attention_and_a_baseline_that_attends_across_documents(tmp_path):
     """Ours on flex_attention says so (sdpa, the laptop's, goes unsaid); the baseline says when
     its rows were causal: with the key's old absence, as it ran before it took positions."""
@@ -89,17 +99,37 @@ def test_lora_rows_name_the_attention_and_a_baseline_that_attends_across_documen
     rows = [{**row, "run": "naive-large", "plan": {**naive, "attention": "sdpa, per document"}},
             {**row, "run": "naive-large", "plan": {**naive, "attention": "sdpa, causal rows"}},
             {**row, "run": "naive-large", "plan": naive}]
-    env = {**_bench_json(gpu=True)["env"], "command": "python -m bench.lora"}
-    runs = tmp_path / "runs" / "2026-12-02"
-    runs.mkdir(parents=True)
-    (runs / "naive.json").write_text(json.dumps({"kind": "lora", "rows": rows, "env": env,
-                                                 "settings": {}}))
-    rendered = [r for r in results.render(tmp_path / "runs").splitlines() if "naive PEFT" in r]
+    rendered = [r for r in _rendered(tmp_path, "lora", rows) if "naive PEFT" in r]
     assert ["causal rows" in r for r in rendered] == [False, True, True]
     ours = {"run": "lora-large", "plan": {"activation_checkpointing": True}}
     assert results._attention({**ours, "attention": "flex_attention"}, {}) == "flex_attention"
     assert results._attention(ours, {"settings": {"attention": None}}) == "flex_attention"
     assert results._attention(ours, {"settings": {}}) == "sdpa"
+
+
+def test_a_packed_dpo_rows_estimate_is_restated_for_the_pair_row_once(tmp_path):
+    """A packed row's planner planned rows of 2 x --seq-len. The first packed runs recorded
+    --seq-len in the estimate's inputs, so the rendering restates their estimate for the pair
+    row; later runs record the pair row itself, which must not be doubled again."""
+    from training.step.memory import estimate_from
+
+    inputs = {"model": "tiny", "vocab_size": 512, "num_params": 144192, "shard_size": 1,
+              "world": 1, "compiled": True, "micro_batch": 2, "grad_accum": 1,
+              "reduce_dtype": "fp32", "accum_dtype": "fp32", "checkpointing": False,
+              "zero2": False, "loss_chunk_tokens": 2048, "trainable_params": None,
+              "lora_dropout": False}
+    pair_row = estimate_from({**inputs, "seq_len": 128}) / 2**30
+    row = {"run": "full", "model": "tiny", "memory_budget_gib": None, "seq_len": 64,
+           "tokens_per_step": 512, "lora_rank": 0, "trainable_params": 144192,
+           "plan": {"micro_batch_size": 2, "grad_accum": 1, "activation_checkpointing": False},
+           "tokens_per_s": 100.0,
+           "peak_gib": pair_row, "first_loss": 0.69, "last_loss": 0.6, "grad_norms_finite": True,
+           "pairs_per_row": 2,
+           "pair_tokens_per_s": 90.0}
+    rows = [{**row, "inputs": {**inputs, "seq_len": seq}, "estimated_peak_gib": pair_row,
+             "estimate_error": 0.0} for seq in (64, 128)]  # the first runs' record, later ones'
+    lines = [r for r in _rendered(tmp_path, "dpo", rows) if "bench.dpo` |" in r]
+    assert len(lines) == 2 and all("| +0.0% | +0.0% |" in line for line in lines), lines
 
 
 def _poll_json(gpu: bool) -> dict:

@@ -142,6 +142,30 @@ def test_g6_preset_plans_the_7b_lora_recipe_both_ways_and_names_the_faster():
     assert gap(slow) > gap(rows) + 0.05  # a slower PCIe link costs the sharded base's gathers
 
 
+def test_the_preset_counts_a_steps_flops_as_the_jobs_mfu_does():
+    """One definition (training.step.metrics.model_flops_per_token): an untied model's input
+    embedding is a lookup, no compute (the 7B's 545M of 7.6B parameters); a tied one's matrix
+    is the LM head's and counts (the 1.5B). Counting the embedding put the 7B's compute 7% high."""
+    from training.model.model import model_config
+    from training.step.metrics import flops_per_token, model_flops_per_token
+
+    rate = sm.PEAK_BF16_TFLOPS["NVIDIA L4"] * 1e12 * 0.5
+    rows = {r["name"]: r for r in sm.g6_predictions(0.5, 10.0, 4.0, 8 * 16 * 2048)}
+    for name, model in (("7B LoRA r16, base sharded", "qwen2.5-7b"),
+                        ("ours, fp32 reduce, 262,144 tokens/step", "qwen2.5-1.5b")):
+        row, mc = rows[name], model_config(model)
+        plan = sm.StepPlan(**row["plan"])
+        job = model_flops_per_token(mc, plan.params, plan.seq_len, plan.trainable)
+        assert row["compute_s"] == pytest.approx(
+            sm.compute_s(plan, job, rate) * plan.grad_accum, rel=1e-12)
+        counted = flops_per_token(plan.params, plan.layers, mc.hidden_size, plan.seq_len,
+                                  frozen=plan.params - plan.reduced)  # embedding as a matmul
+        if mc.tie_word_embeddings:
+            assert job == counted
+        else:
+            assert job < counted / 1.05
+
+
 def test_a_lora_plan_that_cannot_fit_is_named_and_left_out_of_the_choice(monkeypatch):
     monkeypatch.setattr(sm, "L4_BUDGET_GIB", 16)  # the 14.3 GiB base whole leaves too little
     links = sm.Links(10.0, 1.0, separate=True)

@@ -19,7 +19,7 @@ from training.config import TrainConfig
 from training.errors import ConfigError
 from training.data.packing import Batch
 from training.model.loss import label_count
-from training.step.metrics import flops_per_token, input_embedding
+from training.step.metrics import model_flops_per_token
 from training.model.model import CausalLMWithLoss, build_model, count_params, is_builtin
 from training.step.memory import BatchPlan, Footprint, fits, plan_batch
 from training.step.mesh import MeshLayout, build_mesh
@@ -120,9 +120,7 @@ def build_engine(cfg: TrainConfig, model_cfg: PretrainedConfig, device: torch.de
         model, loading.rank0_state(cfg.model, model_cfg, dist.get_rank(), base_dtype, prepare),
         device, started))
     optimizer = _adamw(cfg, [p for p in model.parameters() if p.requires_grad], device)
-    fpt = flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size,
-                          cfg.seq_len, frozen=num_params - trainable,
-                          embedding=input_embedding(model_cfg))
+    fpt = model_flops_per_token(model_cfg, num_params, cfg.seq_len, trainable)
     return Engine(model, optimizer, device, num_params, fpt, plan, mesh, load=load, lora=spec,
                   trainable_params=trainable)
 

@@ -33,6 +33,16 @@ def flops_per_token(num_params: int, num_layers: int, hidden: int, seq_len: int,
     return 6.0 * (num_params - embedding) - 2.0 * frozen + 12.0 * num_layers * hidden * seq_len
 
 
+def model_flops_per_token(model_cfg, num_params: int, seq_len: int,
+                          trainable: int | None = None) -> float:
+    """`flops_per_token` of a model of this config (its layers, width and input embedding) with
+    `num_params` parameters, `trainable` of them trained (None: all): the one count behind the
+    job's MFU, the benchmark's and the step model's compute, so they never disagree."""
+    frozen = 0 if trainable is None else num_params - trainable
+    return flops_per_token(num_params, model_cfg.num_hidden_layers, model_cfg.hidden_size,
+                           seq_len, frozen=frozen, embedding=input_embedding(model_cfg))
+
+
 def input_embedding(model_cfg) -> int:
     """The parameters `flops_per_token` leaves out: the input embedding when the LM head has
     its own matrix; none when tied (the one matrix is the head's, counted)."""

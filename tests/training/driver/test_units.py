@@ -10,7 +10,7 @@ from training.driver import cli
 from training.config import ConfigError
 from training.data.random_tokens import random_batch
 from training.model.loss import fused_linear_cross_entropy
-from training.step.metrics import flops_per_token, merge_csv, mfu, peak_flops
+from training.step.metrics import merge_csv, mfu, peak_flops
 from training.model.model import build_model, count_params, model_config
 
 
@@ -64,7 +64,7 @@ def test_flops_per_token_matches_what_torch_counts_in_a_training_step(tied):
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModelForCausalLM
 
-    from training.step.metrics import input_embedding
+    from training.step.metrics import model_flops_per_token
 
     config, seq = model_config("tiny"), 256
     config.tie_word_embeddings = tied
@@ -72,8 +72,7 @@ def test_flops_per_token_matches_what_torch_counts_in_a_training_step(tied):
     ids = torch.randint(0, config.vocab_size, (1, seq))
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, use_cache=False).logits.float().pow(2).mean().backward()
-    per_token = flops_per_token(count_params(model), config.num_hidden_layers,
-                                config.hidden_size, seq, embedding=input_embedding(config))
+    per_token = model_flops_per_token(config, count_params(model), seq)
     assert per_token == pytest.approx(counter.get_total_flops() / seq, rel=0.01)
 
 

@@ -3,7 +3,8 @@ preference format (strings and messages, explicit and implicit prompt), the toke
 the loss, the rewards and the policy's log-probabilities, our pairs packed together in one row.
 One pinned difference: a chat answer's trained tokens stop at the end-of-turn token, where TRL
 also trains the template's "\n" after it (training/data/tokenize.py: generation stops at
-`<|im_end|>`, the newline is never generated); the test measures its effect on the loss."""
+`<|im_end|>`, the newline is never generated): trained as TRL does, that token alone makes the
+difference, and the test prints its size (docs/dpo.md quotes it: `pytest -rP`)."""
 
 from __future__ import annotations
 
@@ -102,5 +103,14 @@ def test_dpo_equals_trls_dpotrainer_on_every_preference_format(name, qwen_templa
     assert float(logps[:, 0].mean()) == pytest.approx(metrics["logps/chosen"], abs=1e-4)
     assert float(logps[:, 1].mean()) == pytest.approx(metrics["logps/rejected"], abs=1e-4)
     assert abs(expected - np.log(2)) > 1e-3  # the two models differ on these pairs
-    if name.startswith("messages"):  # TRL's own loss, trained on the "\n" too, differs
-        assert trl_loss(examples)[0] != pytest.approx(loss, abs=1e-6)
+    if name.startswith("messages"):  # TRL's own loss trains the "\n" too: that token alone
+        trl_own, trl_metrics = trl_loss(examples)
+        with_newline = [tuple((ids, [*trained[:-len(newline)], *[True] * len(newline)])
+                              for ids, trained in pair) for pair in pairs]
+        assert _ours(policy, ref, with_newline)[0] == pytest.approx(trl_own, abs=1e-5)
+        assert trl_own != pytest.approx(loss, abs=1e-6)
+        print(f"{name}: TRL's loss with the newline {trl_own:.5f}, ours {loss:.5f} "
+              f"({trl_own - loss:+.5f}); policy log-prob of chosen "
+              f"{trl_metrics['logps/chosen']:.3f} against {float(logps[:, 0].mean()):.3f}, "
+              f"rejected {trl_metrics['logps/rejected']:.3f} against "
+              f"{float(logps[:, 1].mean()):.3f}")
