@@ -30,6 +30,8 @@ GIB = 2**30
 LOW, HIGH = -0.10, 0.15  # the estimate within 10% below, or up to 15% above (the safe side)
 # LoRA's tighter band: a 7B base leaves an L4 little room, 15% over would refuse plans that fit
 LORA_LOW, HIGH_LORA = -0.10, 0.05
+RECORDED_KINDS = (KIND, "lora")  # bench.lora's rows record the same estimate inputs and peaks
+FACTORS = [i / 1000 for i in range(8000)]  # the activation factors `fit` scans
 
 # TrainConfig overrides per row, every lever explicit so the plan is the row's, not the planner's.
 # Ordered for compile time: compiled rows of one layer graph first (Dynamo recompiles once for a
@@ -186,49 +188,75 @@ def measure(args: argparse.Namespace, device, env: dict) -> dict:
 
 
 def recorded_rows(paths: list[Path]) -> list[dict]:
-    """Measured rows (with a peak) of the calibration results among `paths`."""
+    """Measured rows (with a peak) of the calibration results among `paths`, and of bench.lora's
+    (`RECORDED_KINDS`: the job's engine under the planner, with the same estimate inputs)."""
     rows = []
     for path in paths:
         result = json.loads(path.read_text())
-        if result.get("kind") == KIND:
-            rows += [r for r in result["rows"] if r.get("peak_gib")]
+        if result.get("kind") in RECORDED_KINDS:
+            rows += [r for r in result["rows"] if r.get("peak_gib") and _known(r, result)]
     return rows
 
 
+def _known(row: dict, result: dict) -> bool:
+    """A row whose plan the estimate can rebuild: bench.lora's from 2026-12-02 on, when its
+    inputs began to say whether the frozen base was replicated (before, the engine sharded it
+    even on one GPU, a plan the planner no longer makes and the inputs do not name)."""
+    inputs = row.get("inputs")
+    return bool(inputs) and (result["kind"] == KIND or "replicated_base" in inputs)
+
+
+def label(row: dict) -> str:
+    """A recorded row's shape: the grid's overrides, or bench.lora's run and plan."""
+    if "shape" in row:
+        return ", ".join(f"{k}={v}" for k, v in row["shape"].items())
+    i = row["inputs"]
+    return (f"{row['run']}: {i['model']}, {i['micro_batch']} x {i['seq_len']}, accum "
+            f"{i['grad_accum']}, checkpointing={i['checkpointing']}, chunk {i['loss_chunk_tokens']}")
+
+
+def band(row: dict) -> tuple[float, float]:
+    """The error a recorded row's estimate is held to: LoRA's tighter band, or full's."""
+    lora = row["inputs"].get("trainable_params") is not None
+    return (LORA_LOW, HIGH_LORA) if lora else (LOW, HIGH)
+
+
 def fit(rows: list[dict]) -> dict:
-    """ACTIVATION_FACTOR of training/step/memory.py's form, peak = resident + STATIC_FACTOR x
-    static + factor[compiled, checkpointing] x activations + outside, from measured one-GPU rows,
-    with STATIC_FACTOR and FIXED_GIB held (one GPU cannot tell them apart: see
-    training/step/memory.py). Full fine-tuning's by least squares; LoRA's
-    (LORA_ACTIVATION_FACTOR) centred in the band its planner is held to (`centred`)."""
+    """ACTIVATION_FACTOR of training/step/memory.py's form (`Parts.at_factor`: the larger of the
+    loss's moment and the activations' with the factor on the activations) from measured
+    one-GPU rows, with STATIC_FACTOR and FIXED_GIB held (one GPU cannot tell them apart: see
+    training/step/memory.py). Full fine-tuning's by least squares in bytes; LoRA's
+    (LORA_ACTIVATION_FACTOR) centred in the band its planner is held to (`centred`). Each is a
+    scan in steps of 0.001; where rows leave a factor free (their peak is the loss's moment
+    whatever it is) the largest of the equal ones, the safe side."""
     import numpy as np
 
-    from training.step.memory import STATIC_FACTOR, parts_from
+    from training.step.memory import parts_from
 
-    groups: dict[tuple[bool, bool, bool], list[tuple[float, float, float]]] = {}
+    groups: dict[tuple[bool, bool, bool], list[tuple]] = {}
     for r in rows:
         p = parts_from(r["inputs"])
-        peak = r["peak_gib"] * GIB
-        rest = peak - p.resident - STATIC_FACTOR * p.static - p.outside
         groups.setdefault((p.lora, p.compiled, p.checkpointing), []).append(
-            (float(p.activations), rest, peak))
+            (p, r["peak_gib"] * GIB))
     out: dict[str, dict] = {"ACTIVATION_FACTOR": {}, "LORA_ACTIVATION_FACTOR": {}}
-    for (lora, *key), triples in sorted(groups.items()):
-        a, b, peak = (np.array(v, dtype=np.float64) for v in zip(*triples))
+    for (lora, *key), pairs in sorted(groups.items()):
+        miss = np.array([[p.at_factor(f) - peak for p, peak in pairs] for f in FACTORS])
+        peaks = np.array([peak for _, peak in pairs])
+        cost = (centred(miss / peaks) if lora else (miss ** 2).sum(axis=1))
+        best = len(FACTORS) - 1 - int(np.argmin(cost[::-1]))  # ties: the largest factor
         table = out["LORA_ACTIVATION_FACTOR" if lora else "ACTIVATION_FACTOR"]
-        table[tuple(key)] = centred(a, b, peak) if lora else float(a @ b / (a @ a))
+        table[tuple(key)] = float(round(FACTORS[best], 3))
     return out
 
 
-def centred(activations, rest, peak, low: float = LORA_LOW, high: float = HIGH_LORA) -> float:
-    """The factor f whose errors (f x activations - rest) / peak lie most centrally in
-    [low, high]: the smallest worst distance from the band's middle (a scan in steps of 0.001)."""
+def centred(errors, low: float = LORA_LOW, high: float = HIGH_LORA):
+    """Per candidate factor (a row of `errors`, one column a measured row), the worst distance of
+    its errors from the middle of [low, high], ties broken by the mean distance: the factor to
+    pick lies most centrally."""
     import numpy as np
 
-    middle = (low + high) / 2
-    grid = np.arange(0.0, 4.0, 0.001)
-    errors = (np.outer(grid, activations) - rest) / peak
-    return float(round(grid[np.abs(errors - middle).max(axis=1).argmin()], 3))
+    distance = np.abs(errors - (low + high) / 2)
+    return distance.max(axis=1) + 1e-6 * distance.mean(axis=1)  # ties: nearer on average
 
 
 def _errors(rows: list[dict]) -> list[float]:
@@ -247,8 +275,9 @@ def report(rows: list[dict]) -> str:
     errors = _errors(rows)
     lines = [f"{'shape':<72} {'peak GiB':>8} {'est GiB':>8} {'error':>7}"]
     for r, err in zip(rows, errors):
-        flag = "" if LOW <= err <= HIGH else "  OUT"
-        shape = ", ".join(f"{k}={v}" for k, v in r["shape"].items())
+        low, high = band(r)
+        flag = "" if low <= err <= high else "  OUT"
+        shape = label(r)
         lines.append(f"{shape[:72]:<72} {r['peak_gib']:>8.2f} "
                      f"{(1 + err) * r['peak_gib']:>8.2f} {err:>+7.1%}{flag}")
     lines.append(f"error range {min(errors):+.1%} .. {max(errors):+.1%} (allowed "

@@ -222,7 +222,8 @@ SECTIONS = {
     "lora": ("LoRA against full fine-tuning on one GPU (`python -m bench.lora`)",
              "The job's engine on one GPU under the budget (22 GiB: the L4 proxy), the shipped "
              "instruction set (bytes tokenizer), random-init built-in shapes. Peak and estimate "
-             "as in the calibration table (error allowed -10% .. +15%); loss: first step -> "
+             "as in the calibration table (error allowed -10% .. +15%, LoRA rows -10% .. +5%); "
+             "loss: first step -> "
              "mean of the last three.",
              ENGINE_COLUMNS, lora_rows),
     "dpo": ("A DPO step on one GPU (`python -m bench.dpo`)",

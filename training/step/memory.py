@@ -16,6 +16,9 @@ The estimate (bytes, per GPU) is what must fit on the device, not only torch's t
     of the hidden states it saves for backward;
   - saved activations of one micro-batch (smaller for compiled layers, which save fewer
     intermediates);
+  - at the larger of two moments (`Parts.at_factor`): the loss's forward, its chunk's logits
+    beside the activations saved by then (with checkpointing only the layers' inputs), or a
+    checkpointed layer's recompute in backward, after those logits are freed;
   - what the caching allocator reserves beyond its tensors (`STATIC_FACTOR` on the tensors above);
   - outside torch's allocator: the CUDA context, cuBLAS workspaces (`FIXED_GIB`) and NCCL's
     buffers when there are peers (`NCCL_GIB`).
@@ -39,26 +42,32 @@ REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 GIB = 2**30
 
 # Calibration constants. STATIC_FACTOR (the allocator's usual reserve on the tensors it holds),
-# FIXED_GIB (a CUDA 13 context with cuBLAS workspaces) and NCCL_GIB (NCCL's default buffers for a
-# handful of channels and peers) are set from what they are, not fitted: on one GPU every row
-# holds nearly the same static bytes, so a free fit trades them against each other (it put 11 GiB
-# "outside" the allocator and under-counted the state, which would refuse plans on an L4). The
-# activation factors, by (compiled, activation checkpointing), are fit by `python -m
-# bench.calibrate --fit` to the H200 rows of 2026-12-01 (bench/runs/2026-12-01/
-# i22-calibration.json: -4.0% .. +3.4% with these values; one row each with checkpointing);
+# FIXED_GIB (the device memory outside torch's allocator on one GPU: CUDA 13's context, cuBLAS
+# workspaces and the compiled kernels; 1.28 .. 1.31 GiB in every H200 row recorded since
+# 2026-12-01, `outside_torch_gib`) and NCCL_GIB (NCCL's default buffers for a handful of
+# channels and peers) are set from what they are, not fitted: on one GPU every row holds nearly
+# the same static bytes, so a free fit trades them against each other (it put 11 GiB "outside"
+# the allocator and under-counted the state, which would refuse plans on an L4). FIXED_GIB was
+# 0.75, under the measured 1.3, until the estimate counted the loss's chunk logits and a
+# checkpointed layer's recompute at separate moments (`Parts.at_factor`): counted together they
+# had made up the difference on 7B-8B shapes and over-counted Gemma 3's (+5.7%). The activation
+# factors, by (compiled, activation checkpointing), are fit by `python -m bench.calibrate --fit`
+# to every recorded H200 row (bench/runs/: the full fine-tuning grid of 2026-12-01,
+# i22-calibration.json, -3.8% .. +2.9% with these values, one row each with checkpointing);
 # tests/training/step/test_calibration.py holds every recorded row to the tolerance.
 STATIC_FACTOR = 1.05
-ACTIVATION_FACTOR = {(False, False): 0.885, (True, False): 0.589,  # (compiled, checkpointing)
-                     (False, True): 3.099, (True, True): 1.511}
+ACTIVATION_FACTOR = {(False, False): 0.868, (True, False): 0.574,  # (compiled, checkpointing)
+                     (False, True): 3.822, (True, True): 1.872}
 # LoRA's (compiled, checkpointing) factors, its own: a frozen base saves what full fine-tuning
 # saves, but the peak's moment differs (no weight gradients, no head gradient). Fit by `python
-# -m bench.calibrate --fit` to the H200 LoRA grid of 2026-12-02 (bench/runs/2026-12-02/
-# i40-lora-calibration.json, 7B at 512..2048 and 1.5B at 1024..2048 tokens, micro-batch 1..4,
-# replicated base; -8.7% .. +3.7% with these values), centred in the band the planner is held
-# to (-10% .. +5%: bench.calibrate `centred`) rather than by least squares, which put one 7B
-# row at +6.5%; eager LoRA keeps full fine-tuning's factors (unmeasured).
-LORA_ACTIVATION_FACTOR = {**ACTIVATION_FACTOR, (True, False): 0.578, (True, True): 1.296}
-FIXED_GIB = 0.75
+# -m bench.calibrate --fit` to the H200 LoRA rows (the grid of 2026-12-02,
+# i40-lora-calibration.json: 7B at 512..2048 and 1.5B at 1024..2048 tokens, micro-batch 1..4;
+# bench.lora's rows since, Llama-3.1-8B, Qwen3-8B, Ministral-8B and Gemma-3-12B among them),
+# centred in the band the planner is held to (-10% .. +5%: bench.calibrate `centred`) rather
+# than by least squares: -9.1% .. +4.1% on the 32 rows; eager LoRA keeps full fine-tuning's
+# factors (unmeasured).
+LORA_ACTIVATION_FACTOR = {**ACTIVATION_FACTOR, (True, False): 0.492, (True, True): 1.229}
+FIXED_GIB = 1.3
 NCCL_GIB = 0.5
 
 
@@ -106,23 +115,34 @@ def activation_bytes(model_cfg: PretrainedConfig, tokens: int, checkpointing: bo
     if lora_dropout:
         per_layer += _dropout_bytes_per_token_layer(model_cfg)
     if checkpointing:
-        return tokens * (model_cfg.num_hidden_layers * 2 * model_cfg.hidden_size + per_layer)
+        return checkpoint_bytes(model_cfg, tokens) + tokens * per_layer
     return tokens * model_cfg.num_hidden_layers * per_layer
+
+
+def checkpoint_bytes(model_cfg: PretrainedConfig, tokens: int) -> int:
+    """What activation checkpointing keeps of a micro-batch through the whole step: each
+    decoder layer's bf16 input."""
+    return tokens * model_cfg.num_hidden_layers * 2 * model_cfg.hidden_size
+
+
+def chunk_bytes(model_cfg: PretrainedConfig, tokens: int, chunk_tokens: int) -> int:
+    """The fused loss's buffers that live only inside its forward (training/model/loss.py), one
+    chunk at a time: the chunk's fp32 logits (exponentiated in place) and their bf16 gradient;
+    none unfused (`chunk_tokens` 0: the logits are the model's output, kept for backward)."""
+    return min(chunk_tokens, tokens) * model_cfg.vocab_size * (4 + 2) if chunk_tokens else 0
 
 
 def loss_bytes(model_cfg: PretrainedConfig, tokens: int, chunk_tokens: int,
                head_trainable: bool = True) -> int:
-    """The LM head + cross-entropy's buffers at their peak (training/model/loss.py): fused, one chunk's
-    fp32 logits (exponentiated in place) and bf16 gradient, the fp32 head-gradient accumulator
-    and the chunk's fp32 term (none for a frozen head), and the bf16 hidden-state gradient kept
-    for backward; unfused (`chunk_tokens` 0), the whole micro-batch's bf16 logits, their fp32
-    upcast and gradient."""
+    """The LM head + cross-entropy's buffers at their peak (training/model/loss.py): fused, one
+    chunk's (`chunk_bytes`), the fp32 head-gradient accumulator and the chunk's fp32 term (none
+    for a frozen head), and the bf16 hidden-state gradient kept for backward; unfused
+    (`chunk_tokens` 0), the whole micro-batch's bf16 logits, their fp32 upcast and gradient."""
     vocab, hidden = model_cfg.vocab_size, model_cfg.hidden_size
     if not chunk_tokens:
         return tokens * vocab * (2 + 4 + 4)
-    chunk = min(chunk_tokens, tokens)
     head_grad = 2 * 4 * vocab * hidden if head_trainable else 0
-    return chunk * vocab * (4 + 2) + head_grad + 2 * tokens * hidden
+    return chunk_bytes(model_cfg, tokens, chunk_tokens) + head_grad + 2 * tokens * hidden
 
 
 def gathered_bytes(fp: Footprint, zero2: bool) -> int:
@@ -146,9 +166,10 @@ def gathered_bytes(fp: Footprint, zero2: bool) -> int:
 
 @dataclass(frozen=True)
 class Parts:
-    """The estimate's terms in bytes: `static` (every tensor but activations, before the
-    allocator's reserve), raw eager `activations`, what lies outside torch's allocator, and
-    `resident` bytes held whole from build to the end (no reserve on them)."""
+    """The estimate's terms in bytes: `static` (every tensor held through the step but
+    activations, before the allocator's reserve), raw eager `activations`, what lies outside
+    torch's allocator, `resident` bytes held whole from build to the end (no reserve on them),
+    and the fused loss's `transient` chunk buffers with the activations `held` beside them."""
     static: float
     activations: float
     outside: float
@@ -156,6 +177,8 @@ class Parts:
     checkpointing: bool
     resident: float = 0.0  # a replicated frozen base: allocated once, no allocator reserve
     lora: bool = False  # LoRA's activation factors
+    transient: float = 0.0  # `chunk_bytes`: only inside the loss's forward
+    held: float = 0.0  # with checkpointing, the layers' inputs (`checkpoint_bytes`)
 
     @property
     def factor(self) -> float:
@@ -164,7 +187,19 @@ class Parts:
 
     @property
     def total(self) -> int:
-        return int(self.resident + STATIC_FACTOR * self.static + self.factor * self.activations
+        return self.at_factor(self.factor)
+
+    def at_factor(self, factor: float) -> int:
+        """The estimate with `factor` on the activations: the larger of two moments. In the
+        loss's forward its chunk buffers sit beside the activations saved by then, all of them
+        or, with checkpointing, only the layers' inputs; a checkpointed layer is recomputed in
+        backward, after the loss has freed them (it keeps only the gradients it computed). At
+        Gemma 3's 262,144-word vocabulary and 8,192 tokens a micro-batch both are about 3 GiB:
+        counting them together put the estimate 5.7% over the H200's measured peak."""
+        saved = factor * self.activations
+        at_loss = STATIC_FACTOR * (self.transient + self.held) + (
+            0 if self.checkpointing else saved)
+        return int(self.resident + STATIC_FACTOR * self.static + max(at_loss, saved)
                    + self.outside)
 
 
@@ -179,13 +214,15 @@ def estimate_parts(fp: Footprint, *, micro_batch: int, seq_len: int, grad_accum:
     state = (16 * fp.trainable + (0 if fp.replicated_base else 2 * frozen)) / fp.shard_size
     accumulated = (REDUCE_BYTES[accum_dtype or reduce_dtype] * fp.trainable
                    if grad_accum > 1 else 0)
-    loss = loss_bytes(fp.model_cfg, tokens, loss_chunk_tokens,
-                      head_trainable=fp.trainable_params is None)
-    static = state + accumulated + gathered_bytes(fp, zero2) + loss
+    cfg = fp.model_cfg
+    transient = chunk_bytes(cfg, tokens, loss_chunk_tokens)
+    loss = loss_bytes(cfg, tokens, loss_chunk_tokens, head_trainable=fp.trainable_params is None)
+    static = state + accumulated + gathered_bytes(fp, zero2) + loss - transient
     outside = (FIXED_GIB + (NCCL_GIB if fp.world > 1 else 0)) * GIB
-    activations = activation_bytes(fp.model_cfg, tokens, checkpointing, fp.lora_dropout)
+    activations = activation_bytes(cfg, tokens, checkpointing, fp.lora_dropout)
     return Parts(static, activations, outside, fp.compiled, checkpointing, resident,
-                 fp.trainable_params is not None)
+                 fp.trainable_params is not None, transient,
+                 checkpoint_bytes(cfg, tokens) if checkpointing else 0)
 
 
 def estimate_bytes(fp: Footprint, **shape) -> int:
