@@ -223,8 +223,7 @@ SECTIONS = {
              "The job's engine on one GPU under the budget (22 GiB: the L4 proxy), the shipped "
              "instruction set (bytes tokenizer), random-init built-in shapes. Peak and estimate "
              "as in the calibration table (error allowed -10% .. +15%, LoRA rows -10% .. +5%); "
-             "loss: first step -> "
-             "mean of the last three.",
+             "loss: first step -> mean of the last three.",
              ENGINE_COLUMNS, lora_rows),
     "dpo": ("A DPO step on one GPU (`python -m bench.dpo`)",
             "The same engine and columns as the LoRA table, with --objective dpo; the first "
