@@ -29,6 +29,10 @@
 #            1024..2048, micro-batch 1, 2 (4), with and without
 #            checkpointing, tokens/s each; the most wanted rows first; LORA_GRID=0 skips it).
 #            CPU rehearsal: MODEL=tiny LARGE=tiny OUT=/tmp/out bash bench/device-run.sh lora-l4
+#   family   one GPU, under 8 minutes: LoRA at seq 2048 of Llama-3.1-8B, Qwen3-8B and Ministral-8B
+#            under --memory-budget-gib 22 and Gemma-3-12B under 40 (random init): the planner's
+#            estimate against the measured peak, tokens/s (bench.lora).
+#            CPU rehearsal: FAMILIES=tiny WIDE=tiny SEQ=64 OUT=/tmp/out bash bench/device-run.sh family
 #   dpo      one GPU, under 4 minutes: a DPO step (--objective dpo) of 7B LoRA (LARGE, reference =
 #            adapters off) under --memory-budget-gib 22, 1.5B full fine-tuning under it (the
 #            planner's refusal) and on the whole GPU (reference table first): tokens/s, peak
@@ -55,7 +59,7 @@
 # checks that every variant named here exists in bench/benchmark.py).
 set -uo pipefail
 : "${OUT:?OUT must name the folder that comes back}"
-PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|lora-l4|dpo|preempt|preempt-poll|kernels|harness}
+PART=${1:?usage: device-run.sh sockets|jobs|nvlink|recheck|precision|trust|fine-tune|pretrained|lora|lora-l4|family|dpo|preempt|preempt-poll|kernels|harness}
 MODEL=${MODEL:-qwen2.5-1.5b} SEQ=${SEQ:-2048} WORKERS=${WORKERS:-2} LARGE=${LARGE:-qwen2.5-7b}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 SOCKETS=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
@@ -168,6 +172,22 @@ lora-l4)  # one GPU: naive PEFT vs ours under an L4's budget, the same call; the
   [ "${LORA_GRID:-1}" = 0 ] || timeout 230 python3 -m bench.calibrate --grid lora \
     --model "$MODEL" --large-model "$LARGE" --steps 3 --json-out "$OUT/lora-calibration.json" \
     2>&1 | tee -a "$OUT/lora-l4.log"
+  ;;
+family)  # one GPU, under 8 minutes: the planner's LoRA estimate on each built-in family shape at
+  # --seq-len SEQ against the measured peak; Gemma-3-12B's 22 GiB bf16 base alone fills an L4's
+  # budget, so it plans under 40 (WIDE). CPU rehearsal: FAMILIES=tiny WIDE=tiny SEQ=64 OUT=...
+  for LARGE in ${FAMILIES:-llama3.1-8b qwen3-8b ministral-8b}; do
+    timeout 105 python3 -m bench.lora --large-model "$LARGE" --large-seq-len "$SEQ" \
+      --runs lora-large --steps 5 --memory-budget-gib 22 \
+      --json-out "$OUT/family-planner-$LARGE.json" 2>&1 | tee -a "$OUT/family.log"
+    echo "$LARGE done at ${SECONDS}s" | tee -a "$OUT/family.log"
+  done
+  for LARGE in ${WIDE:-gemma3-12b}; do
+    timeout 140 python3 -m bench.lora --large-model "$LARGE" --large-seq-len "$SEQ" \
+      --runs lora-large --steps 5 --memory-budget-gib 40 \
+      --json-out "$OUT/family-planner-$LARGE-b40.json" 2>&1 | tee -a "$OUT/family.log"
+    echo "$LARGE done at ${SECONDS}s" | tee -a "$OUT/family.log"
+  done
   ;;
 dpo)  # one GPU: a DPO step, 7B LoRA under 22 GiB and 1.5B full (the 7B row at 512 tokens)
   timeout 230 python3 -m bench.dpo --model "$MODEL" --large-model "$LARGE" --seq-len "$SEQ" \
