@@ -194,7 +194,7 @@ class Parts:
         loss's forward its chunk buffers sit beside the activations saved by then, all of them
         or, with checkpointing, only the layers' inputs; a checkpointed layer is recomputed in
         backward, after the loss has freed them (it keeps only the gradients it computed). At
-        Gemma 3's 262,144-word vocabulary and 8,192 tokens a micro-batch both are about 3 GiB:
+        Gemma 3's 262,208-word vocabulary and 8,192 tokens a micro-batch both are about 3 GiB:
         counting them together put the estimate 5.7% over the H200's measured peak."""
         saved = factor * self.activations
         at_loss = STATIC_FACTOR * (self.transient + self.held) + (
