@@ -42,3 +42,22 @@ def ray_session():
              runtime_env={"env_vars": {**worker_env(), "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}})
     yield ray
     ray.shutdown()
+
+
+# The suite's long runs (real Ray clusters, subprocess jobs, two-rank families), longest first.
+# They go to the front of the queue the two test processes share (pytest.ini: -n 2, one test at
+# a time), so that the short tests fill in last, instead of one long run ending the suite while
+# the other core idles.
+LONG_RUNS = ("training/run/test_preemption.py", "training/run/test_preemption_in_load.py",
+             "training/run/test_repair_drain.py", "training/driver/test_job.py",
+             "training/driver/test_finished_export.py", "training/driver/test_interrupt.py",
+             "bench/test_bench.py", "training/model/test_family_parity.py",
+             "bench/test_preemption_poll.py")
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    def rank(item) -> int:
+        path = item.path.relative_to(REPO / "tests").as_posix()
+        return LONG_RUNS.index(path) if path in LONG_RUNS else len(LONG_RUNS)
+
+    items.sort(key=rank)  # stable: the rest keep their order
