@@ -310,10 +310,10 @@ def _report(rank: int, result: dict) -> None:
 def run(args: argparse.Namespace, argv: list[str]) -> dict:
     import ray
     from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
 
-    from training.driver.ray_setup import local_workers_at_driver_priority, worker_env
+    from training.driver.ray_setup import (local_workers_at_driver_priority, torch_trainer,
+                                          worker_env)
 
     started_here = not ray.is_initialized()
     if started_here:
@@ -327,10 +327,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict:
             grad_accum=args.grad_accum, memory_budget_gib=args.memory_budget_gib,
             steps=args.steps, warmup=args.warmup, variants=tuple(args.variants.split(",")),
             profile_dir=str(args.profile_dir.resolve()) if args.profile_dir else None)
-        trainer = TorchTrainer(bench_func, train_loop_config={"options": opts},
-                               scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus > 0),
-                               run_config=RunConfig(name="bench", storage_path=str(args.work_dir),
-                                                    logging_config=LoggingConfig("WARNING")))
+        scaling = ScalingConfig(num_workers=workers, use_gpu=gpus > 0)
+        trainer = torch_trainer()(bench_func, train_loop_config={"options": opts},
+                                  scaling_config=scaling,
+                                  run_config=RunConfig(
+                                      name="bench", storage_path=str(args.work_dir),
+                                      logging_config=LoggingConfig("WARNING")))
         with trainer.fit().checkpoint.as_directory() as d:
             result = json.loads(Path(d, "bench.json").read_text())
     finally:

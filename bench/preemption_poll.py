@@ -105,16 +105,17 @@ def call_rows(args: argparse.Namespace) -> list[dict]:
 
     import ray
     from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
     from ray.train.v2.api.config import LoggingConfig
 
+    from training.driver.ray_setup import torch_trainer
+
     use_gpu = ray.cluster_resources().get("GPU", 0) > 0
-    trainer = TorchTrainer(poll_loop, train_loop_config={"calls": args.calls},
-                           scaling_config=ScalingConfig(num_workers=args.num_workers,
-                                                        use_gpu=use_gpu),
-                           run_config=RunConfig(name="preemption-poll-calls",
-                                                storage_path=str(args.storage_path),
-                                                logging_config=LoggingConfig("WARNING")))
+    trainer = torch_trainer()(poll_loop, train_loop_config={"calls": args.calls},
+                              scaling_config=ScalingConfig(num_workers=args.num_workers,
+                                                           use_gpu=use_gpu),
+                              run_config=RunConfig(name="preemption-poll-calls",
+                                                   storage_path=str(args.storage_path),
+                                                   logging_config=LoggingConfig("WARNING")))
     with trainer.fit().checkpoint.as_directory() as d:
         measured = json.loads(Path(d, "bench.json").read_text())
     return [{"measured": name, "backend": measured["backend"], "workers": args.num_workers,

@@ -18,6 +18,15 @@ NCCL_FIXTURES = REPO / "tests" / "fixtures" / "nccl"
 # `python -m training` subprocess) inherits this: its workers at the tests' own priority, not
 # Ray's default nice 15, under which two busy CPU loops beside the suite leave them ~3% of a core.
 os.environ.setdefault("RAY_worker_niceness", "0")
+# ... and without the workers a raylet prestarts, one per CPU, when its first driver connects
+# (ray 2.58 src/ray/common/ray_config_def.h `prestart_worker_first_driver`, true): most of them
+# are never used here, yet each imports Ray, about 2 CPU-seconds a Ray the suite starts.
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+# One torch thread per process, as Ray gives each worker (OMP_NUM_THREADS=1 for a 1-CPU actor):
+# two test processes with torch's default of a thread per core put four busy threads on two
+# cores, and the OpenMP threads' spin-waits then take about a fifth of the in-process tests' CPU.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
 def need(path: Path) -> Path:

@@ -41,17 +41,34 @@ def local_workers_at_driver_priority() -> None:
     os.environ.setdefault("RAY_worker_niceness", "0")
 
 
+def torch_trainer():
+    """Ray Train's TorchTrainer without Ray Data when it is given no datasets (the job's is never
+    given any: each rank reads its own rows, training.data; nor is the benchmark's). Ray 2.58
+    adds a DatasetsCallback to every run (train/v2/api/data_parallel_trainer.py
+    `_create_default_callbacks`), whose DatasetManager actor and the Ray Data autoscaling
+    coordinator it starts are two more worker processes per attempt that do nothing here."""
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+
+    class Trainer(TorchTrainer):
+        def _create_default_callbacks(self) -> list:
+            callbacks = super()._create_default_callbacks()
+            if self.datasets:
+                return callbacks
+            return [c for c in callbacks if not isinstance(c, DatasetsCallback)]
+
+    return Trainer
+
+
 def interruptible_trainer():
-    """TorchTrainer that remembers a Ctrl-C. Its `fit` swaps in a SIGINT handler that aborts the
-    controller and calls sys.exit(0) (ray 2.58 train/v2/api/data_parallel_trainer.py
+    """`torch_trainer()` that remembers a Ctrl-C. Its `fit` swaps in a SIGINT handler that
+    aborts the controller and calls sys.exit(0) (ray 2.58 train/v2/api/data_parallel_trainer.py
     `_register_sigint_handler`), so the run ends with a bare exit status 1 and no word of what
     was saved; this wraps that handler to record the interrupt first, and cli._fit turns it back
     into a KeyboardInterrupt that the driver's `main` reports."""
     import signal
 
-    from ray.train.torch import TorchTrainer
-
-    class InterruptibleTrainer(TorchTrainer):
+    class InterruptibleTrainer(torch_trainer()):
         interrupted = False
 
         def _register_sigint_handler(self, controller) -> None:

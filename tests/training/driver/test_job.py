@@ -46,6 +46,9 @@ def read_metrics(tmp_path, name: str) -> list[dict]:
 
 def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path, monkeypatch,
                                                                      capsys):
+    import ray
+
+    actors_before = set(ray.state.actors())
     started = tmp_path / "run-started-at"  # as the run's Ray head records it, 100 s ago
     started.write_text(str(int(time.time()) - 100))
     monkeypatch.setenv(cli.RUN_STARTED_ENV, str(started))
@@ -74,6 +77,10 @@ def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path,
     assert (tmp_path / "runs" / s.run_dir.rsplit("/", 1)[1] / "metrics.png").stat().st_size > 0
     assert s.data_format == "repeat"
     assert "for transport and throughput checks only" in capsys.readouterr().out
+    # No Ray Data for a run given no datasets: Ray Train's DatasetManager (and the coordinator
+    # it starts) would be two idle worker processes per attempt.
+    actors = {a["ActorClassName"] for k, a in ray.state.actors().items() if k not in actors_before}
+    assert "RayTrainWorker" in actors and "DatasetManager" not in actors, actors
 
 
 def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_skipping_torn_saves(
