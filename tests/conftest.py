@@ -59,7 +59,7 @@ def ray_session():
 # the other core idles.
 LONG_RUNS = ("training/run/test_preemption.py", "training/run/test_preemption_in_load.py",
              "training/run/test_repair_drain.py", "training/driver/test_job.py",
-             "training/driver/test_finished_export.py", "training/driver/test_interrupt.py",
+             "training/driver/test_interrupt.py",
              "bench/test_bench.py", "training/model/test_family_parity.py",
              "bench/test_preemption_poll.py")
 

@@ -22,6 +22,7 @@ from training.run import checkpoint
 from training.run.handoff import RunSummary
 from training.config import ConfigError, TrainConfig
 from training.options import options
+from training.pod_contract import CODE_DIGEST_ENV
 from training.data.synthetic import SHIPPED
 from training.step.engine import lr_at
 from training.step.schedule import Schedule
@@ -84,7 +85,7 @@ def test_loss_halves_on_a_repeated_batch_with_the_tracking_server_down(tmp_path,
 
 
 def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_skipping_torn_saves(
-        s3_server, mlflow_server, capfd):
+        s3_server, mlflow_server, capfd, monkeypatch):
     flags = ["--local", "--storage-path", "s3://ckpt/runs", "--checkpoint-every", "2",
              "--log-every", "1", "--warmup-steps", "2", "--mlflow-tracking-uri", mlflow_server]
     first = cli.run(cli.parse([*flags, "--steps", "4"]))
@@ -108,8 +109,8 @@ def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_
     kept = sorted({k.split("/")[2] for k in s3_keys(s3_server) if "/checkpoint-step" in k})
     # Ray Train keeps the newest 2 it registered; the torn directory is left as it is.
     assert kept == [f"checkpoint-step000000{i}" for i in (5, 6, 8)]
-    metrics = s3_server.get_object(Bucket="ckpt", Key=f"{run}/metrics.csv")
-    rows = list(csv.DictReader(io.StringIO(metrics["Body"].read().decode())))
+    metrics_csv = s3_server.get_object(Bucket="ckpt", Key=f"{run}/metrics.csv")["Body"].read()
+    rows = list(csv.DictReader(io.StringIO(metrics_csv.decode())))
     assert [int(r["step"]) for r in rows] == list(range(1, 9))
     # Past warmup, the first run ended its decay at step 4: the rerun continues from that rate
     # instead of jumping back up the 8-step schedule.
@@ -131,6 +132,24 @@ def test_rerun_on_s3_resumes_continues_steps_schedule_first_loss_and_mlflow_run_
     assert "finished at step 8 of 8 already" in capfd.readouterr().out
     assert s3_server.get_object(Bucket="ckpt", Key=f"{run}/summary.json")["Body"].read() \
         == summary
+    # With --export, as the next RayJob starts it (workloads/rayjob.py: the digest of the code
+    # it runs in its env): the last checkpoint exported without a step, the results kept, and
+    # one summary, the file holding what the job prints.
+    assert first.code_digest is None  # a local run: no RayJob, no code bundle
+    monkeypatch.setenv(CODE_DIGEST_ENV, "0f" * 32)  # a sha256 hex digest (workloads/code_bundle.py)
+    exported = cli.run(cli.parse([*flags, "--steps", "8", "--export"]))
+    said = capfd.readouterr().out
+    assert "finished at step 8 already" in said and "exporting its last checkpoint" in said
+    assert "step 1/" not in said  # no step ran
+    assert exported.code_digest == "0f" * 32
+    assert exported.export_path == f"s3://ckpt/{run}/hf_model"
+    assert f"{run}/hf_model/COMPLETE" in s3_keys(s3_server)
+    assert (exported.steps, exported.first_loss, exported.last_loss) == \
+        (8, first.first_loss, second.last_loss)
+    assert s3_server.get_object(Bucket="ckpt", Key=f"{run}/metrics.csv")["Body"].read() == \
+        metrics_csv
+    assert json.loads(s3_server.get_object(Bucket="ckpt", Key=f"{run}/summary.json")["Body"]
+                      .read()) == exported.to_dict()
 
 
 def s3_keys(client) -> list[str]:
@@ -161,11 +180,12 @@ def test_worker_killed_right_after_a_save_resumes_from_that_save_with_the_same_e
                                                       straight.eval_loss)
 
 
-def test_lora_learns_resumes_after_a_killed_worker_and_exports_adapter_and_merged_model(
+def test_lora_learns_resumes_after_a_worker_killed_in_an_upload_and_exports_adapter_and_merged(
         tmp_path):
-    """`--lora-rank` end to end on Ray: adapter-only checkpoints, a worker killed right after
-    one, the resume, and both exports; the adapter on the rebuilt base merges (PEFT's own
-    merge_and_unload) to the merged export. Exactness of the resume: tests/training/model/."""
+    """`--lora-rank` end to end on Ray: adapter-only checkpoints, a worker killed while one is
+    uploading, the resume from the one before, and both exports; the adapter on the rebuilt
+    base merges (PEFT's own merge_and_unload) to the merged export. Exactness of the resume:
+    tests/training/model/."""
     import torch
     import torch.distributed.checkpoint as dcp
     from peft import PeftModel
@@ -176,9 +196,11 @@ def test_lora_learns_resumes_after_a_killed_worker_and_exports_adapter_and_merge
 
     s = run(tmp_path, "--lora-rank", "8", "--lora-alpha", "16", "--data", "repeat", "--lr",
             "2e-2", "--warmup-steps", "0", "--seq-len", "32", "--steps", "8",
-            "--checkpoint-every", "4", "--log-every", "1", "--export", "--max-failures", "1",
-            "--fault-at-step", "4")
-    assert s.steps == 8 and s.resumed_from_step == 4
+            "--checkpoint-every", "2", "--log-every", "1", "--export", "--max-failures", "1",
+            "--fault-in-save-at-step", "4")
+    # The step-4 save is in flight when a rank dies: its directory is never marked COMPLETE nor
+    # registered, so the retry resumes from step 2 (completed before step 4's save began).
+    assert s.steps == 8 and s.resumed_from_step == 2 and s.checkpoint.endswith("step0000008")
     assert s.last_loss < s.first_loss - 0.3, (s.first_loss, s.last_loss)
     saved = dcp.FileSystemReader(s.checkpoint).read_metadata().state_dict_metadata
     weights = [k for k in saved if k.startswith("model.")]
@@ -201,15 +223,6 @@ def test_lora_learns_resumes_after_a_killed_worker_and_exports_adapter_and_merge
     theirs = {k: v.to(torch.bfloat16) for k, v in merged.state_dict().items()}
     assert ours.keys() == theirs.keys() - {"lm_head.weight"}  # tied: stored once
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
-
-
-def test_worker_killed_during_an_asynchronous_upload_resumes_from_the_save_before(tmp_path):
-    # The step-4 save is in flight when a rank dies: its directory is never marked COMPLETE nor
-    # registered, so the retry resumes from step 2 (completed before step 4's save began).
-    s = run(tmp_path, "--steps", "6", "--checkpoint-every", "2", "--max-failures", "1",
-            "--fault-in-save-at-step", "4", "--log-every", "1")
-    assert s.steps == 6 and s.resumed_from_step == 2
-    assert s.checkpoint.endswith("step0000006")
 
 
 def test_non_finite_loss_stops_before_saving_and_keeps_the_good_checkpoints(tmp_path):
