@@ -100,6 +100,19 @@ class Cluster:
         self.procs.append(job)
         return job
 
+    def remove(self, keep_logs_in: Path) -> None:
+        """Stop the cluster and delete its directory, keeping what its nodes and Ray's own
+        processes (GCS, raylets) logged in `keep_logs_in`: a test that failed because a node
+        or the GCS went away says why there, under pytest's temporary directories."""
+        self.stop()
+        try:  # best effort: what cannot be copied (a socket, say) is left out
+            shutil.copytree(self.root, keep_logs_in / "cluster-logs", dirs_exist_ok=True,
+                            ignore=lambda d, names: [n for n in names if n == "sockets"],
+                            symlinks=True)
+        except OSError:  # shutil.Error included: every other file is copied before it is raised
+            pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
     def stop(self) -> None:
         """SIGKILL to each process group started here, then to any process left that carries
         this cluster's tag (Ray's workers run in sessions of their own)."""
@@ -134,15 +147,14 @@ def _tagged(value: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     root = Path(tempfile.mkdtemp(prefix="r29-", dir="/tmp"))  # short: Ray's socket paths
     c = Cluster(root)
     try:
         c.add_node()
         yield c
     finally:
-        c.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        c.remove(tmp_path_factory.mktemp("cluster"))
 
 
 def wait_for(path: Path, job: subprocess.Popen, timeout_s: float = 900) -> Path:

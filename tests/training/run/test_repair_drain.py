@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -83,8 +82,7 @@ def test_a_repair_drain_resumes_from_the_step_in_progress_and_shows_in_the_summa
             kube.world["nodes"].pop(0)  # replaced: its Node is gone long before the summary
             s, out = _finish(job, tmp_path / "runs/repair.log")
     finally:
-        c.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        c.remove(tmp_path)
     [event] = s["node_events"]
     assert (event["reason"], event["detail"]) == (
         "repair", "AcceleratedHardwareReady=False (NvidiaXID79Error)"), (
