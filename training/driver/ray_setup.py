@@ -45,8 +45,9 @@ def torch_trainer():
     """Ray Train's TorchTrainer without Ray Data when it is given no datasets (the job's is never
     given any: each rank reads its own rows, training.data; nor is the benchmark's). Ray 2.58
     adds a DatasetsCallback to every run (train/v2/api/data_parallel_trainer.py
-    `_create_default_callbacks`), whose DatasetManager actor and the Ray Data autoscaling
-    coordinator it starts are two more worker processes per attempt that do nothing here."""
+    `_create_default_callbacks`), whose DatasetManager actor is one more worker process per
+    attempt that does nothing here. (The autoscaling coordinator actor stays: Train's scaling
+    policy starts it to ask a cluster's autoscaler for the workers' resources.)"""
     from ray.train.torch import TorchTrainer
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
 
