@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
+from tests.ports import free_port
 
 
 @pytest.fixture(scope="session")
@@ -103,12 +103,6 @@ def s3_server(monkeypatch):
             time.sleep(0.3)
     yield client
     proc.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -19,6 +18,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from tests.ports import free_port
 
 PRELOAD = ["torch", "torch.distributed.checkpoint", "transformers", "peft",
            "training.step.engine", "training.run.checkpoint"]
@@ -35,12 +36,6 @@ def _worker(rank: int, world: int, port: int, out_dir: str, env: dict, cwd: str,
         torch.save(fn(*args), Path(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(fn: Callable, args: tuple, nprocs: int) -> None:

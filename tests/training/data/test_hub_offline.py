@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from tests.conftest import REPO
-from tests.training.conftest import free_port
+from tests.ports import free_port
 from training.data import hub
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import REPO
+from tests.ports import free_port
 from tests.training.driver.freeze_cli import SNAPSHOT
 from training.options import options
 from training.driver.cli import build_parser, parse
@@ -77,7 +77,7 @@ def test_bad_input_exits_2_in_one_line_before_torch_transformers_or_ray(tmp_path
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     proc = subprocess.run([sys.executable, "-c", REFUSE, json.dumps(argv)], cwd=REPO,
                           capture_output=True, text=True, env={
-                              **env, "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+                              **env, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",
                               "HF_HUB_CACHE": str(tmp_path / "hub")})
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.splitlines()[-1])
@@ -87,13 +87,6 @@ def test_bad_input_exits_2_in_one_line_before_torch_transformers_or_ray(tmp_path
     assert "network access to http://127.0.0.1:" in result["refusals"][7][1]
     assert result["heavy"] == []
     assert not (tmp_path / "runs").exists()
-
-
-def _closed_port() -> int:
-    """A local port nothing listens on: a connection is refused at once."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_bad_flag_is_one_line_pointing_at_help_and_the_test_hooks_stay_out_of_help():

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.training import kube_fake
-from tests.training.conftest import free_port
+from tests.ports import free_port
 from training.driver import cli
 from training.head import kube_api
 from training.run import checkpoint

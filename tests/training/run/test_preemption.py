@@ -28,7 +28,7 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from tests.conftest import REPO
-from tests.training.conftest import free_port
+from tests.ports import free_port
 from training.run.checkpoint import MARKER, dir_name
 
 RAY = str(Path(sys.executable).parent / "ray")
@@ -52,8 +52,11 @@ class Cluster:
                     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
                     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
         self.procs: list[subprocess.Popen] = []
-        self._start(["--head", "--port", str(self.port), "--num-cpus", "0",
-                     "--include-dashboard", "false", "--temp-dir", str(root / "ray")], "head")
+        head = self._start(["--head", "--port", str(self.port), "--num-cpus", "0",
+                            "--include-dashboard", "false", "--temp-dir", str(root / "ray")],
+                           "head")
+        if not self._up(head, "head"):  # its GCS did not come up: say why, not a node's timeout
+            raise AssertionError(f"the head did not start:\n{self._log('head')[-2000:]}")
 
     def _start(self, args: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
         ports = [flag for key in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
@@ -76,12 +79,18 @@ class Cluster:
             proc = self._start(["--address", self.address, "--num-cpus", "2"], name,
                                {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(SIGTERM_DRAIN_S),
                                 **env})
-            log = self.root / f"{name}.log"
-            while proc.poll() is None and "block forever" not in log.read_text():
-                time.sleep(0.5)
-            if proc.poll() is None:
+            if self._up(proc, name):
                 return proc
-        raise AssertionError(f"a node did not join in {tries} tries:\n{log.read_text()[-2000:]}")
+        raise AssertionError(f"a node did not join in {tries} tries:\n{self._log(name)[-2000:]}")
+
+    def _log(self, name: str) -> str:
+        return (self.root / f"{name}.log").read_text()
+
+    def _up(self, proc: subprocess.Popen, name: str) -> bool:
+        """Whether `ray start` got to blocking (its node is in the cluster) rather than exit."""
+        while proc.poll() is None and "block forever" not in self._log(name):
+            time.sleep(0.5)
+        return proc.poll() is None
 
     def drain(self, node_id: str, deadline_s: int) -> None:
         subprocess.run([RAY, "drain-node", "--address", self.address, "--node-id", node_id,

@@ -15,6 +15,7 @@ from collections import Counter
 
 import pytest
 
+from tests.ports import free_port
 from tests.training import inproc
 
 WORLD, SEQ, MICRO, STEPS = 4, 32, 2, 3
@@ -83,7 +84,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 def runs(tmp_path_factory) -> dict:
     # The 4 workers fork from the preloaded fork server (tests/training/inproc.py).
     out = tmp_path_factory.mktemp("hsdp")
-    inproc.start(_worker, (inproc.free_port(), str(out)), WORLD)
+    inproc.start(_worker, (free_port(), str(out)), WORLD)
     return json.loads((out / "rank0.json").read_text())
 
 
