@@ -19,8 +19,9 @@ import socket
 
 FIRST, BLOCK = 20000, 1500  # blocks for 8 xdist processes: 20000-31999
 _worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 8
-_ports = itertools.cycle(range(FIRST + _worker * BLOCK + os.getpid() % 100 * 10,
-                               FIRST + (_worker + 1) * BLOCK))
+_block = range(FIRST + _worker * BLOCK, FIRST + (_worker + 1) * BLOCK)
+_start = os.getpid() % 100 * 10  # processes sharing a block (a subprocess's own) start apart
+_ports = itertools.cycle([*_block[_start:], *_block[:_start]])
 
 
 def free_port() -> int:
@@ -34,4 +35,4 @@ def free_port() -> int:
                     raise
                 continue
             return port
-    raise RuntimeError(f"no free port in {FIRST + _worker * BLOCK}-{FIRST + (_worker + 1) * BLOCK}")
+    raise RuntimeError(f"no free port in {_block.start}-{_block.stop - 1}")
